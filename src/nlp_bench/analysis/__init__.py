@@ -1,0 +1,1 @@
+"""From job output to numbers: log parsers, metrics, and the result store."""

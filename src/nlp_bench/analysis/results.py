@@ -1,0 +1,89 @@
+"""The result store: result.json per point (parsed records and summary), and the rows of a run."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from nlp_bench import flops
+from nlp_bench.analysis import metrics, parsers
+from nlp_bench.fsio import read_json, write_json_atomic
+from nlp_bench.sweep.workspace import JOB_OUT, POINT_JSON, RESULT_JSON, STATE_JSON, Run, now_iso, read_optional
+
+#: The JUPITER JUBE result columns, then what users need beyond them.
+COLUMNS = [
+    "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
+    "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
+    "DP", "MBS", "GAS", "MFU", "state", "failure_class", "run", "point",
+]
+
+
+def shape_of(point: dict[str, Any]) -> flops.Shape:
+    model, layout, train = point["model"], point["layout"], point["train"]
+    return flops.Shape(
+        global_batch=layout["global_batch_size"], seq_length=model["seq_length"], num_layers=model["num_layers"],
+        hidden=model["hidden_size"], vocab_padded=model["vocab_padded"], ffn_hidden=model["ffn_hidden_size"],
+        swiglu=bool(train.get("swiglu")), recompute=bool(train.get("recompute-activations")
+                                                          or train.get("recompute-granularity")),
+    )
+
+
+def analyse_point(point_dir: Path, force: bool = False) -> dict[str, Any] | None:
+    """Parse the point's job.out into result.json (again only when the log is newer); None without a log."""
+    point_dir = Path(point_dir)
+    log, out = point_dir / JOB_OUT, point_dir / RESULT_JSON
+    if not log.is_file():
+        return None
+    if not force and out.is_file() and out.stat().st_mtime >= log.stat().st_mtime:
+        return read_json(out)
+    point = read_json(point_dir / POINT_JSON)
+    records = parsers.parse_file(log)
+    summary = metrics.summarise(records, point["model"]["seq_length"], point["layout"]["global_batch_size"],
+                                shape_of(point), point["layout"]["world"], point["system_info"].get("peak_tflops"))
+    result = {
+        "point": point["id"], "format": parsers.MEGATRON, "analysed": now_iso(),
+        "summary": summary.to_dict() if summary else None,
+        "records": [r.to_dict() for r in records],
+    }
+    write_json_atomic(out, result)
+    return result
+
+
+def _job_time(state: dict[str, Any]) -> float | None:
+    try:
+        return (datetime.fromisoformat(state["finished"]) - datetime.fromisoformat(state["started"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def point_row(point_dir: Path, version: str | None, run_id: str) -> dict[str, Any]:
+    point = read_json(Path(point_dir) / POINT_JSON)
+    state = read_optional(Path(point_dir) / STATE_JSON) or {}
+    result = analyse_point(point_dir) or {}
+    summary = result.get("summary") or {}
+    lay = point["layout"]
+    return {
+        "system": point["system"], "version": version, "queue": point["system_info"].get("partition"),
+        "JobID": state.get("job_id"), "Job_Time": _job_time(state), "Model_Size": point["model"]["size_billions"],
+        "Nodes": lay["nodes"], "Batch_Size": lay["global_batch_size"], "Pipeline_Parallel": lay["pp"],
+        "Tensor_Parallel": lay["tp"], "Iterations": summary.get("iterations"),
+        "Avg_TFLOPs/GPU": summary.get("avg_tflops_per_gpu"), "Tokens/sec": summary.get("tokens_per_s"),
+        "time_to_report_in_seconds": summary.get("time_to_report_s"),
+        "DP": lay["dp"], "MBS": lay["mbs"], "GAS": lay["gas"], "MFU": summary.get("mfu"),
+        "state": state.get("state", "NOT_SUBMITTED"), "failure_class": state.get("failure_class"),
+        "run": run_id, "point": point["id"],
+    }
+
+
+def run_rows(run: Run) -> list[dict[str, Any]]:
+    """One row per point of the run, analysing logs that have not been analysed yet."""
+    version = (run.meta().get("versions") or {}).get("nlp-bench")
+    return [point_row(p, version, run.id) for p in run.point_dirs()]
+
+
+def rows_frame(rows: list[dict[str, Any]]):
+    """Rows as a pandas DataFrame with the columns in the published order."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=COLUMNS)

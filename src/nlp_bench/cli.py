@@ -1,0 +1,99 @@
+"""The `bench` command. Thin: it parses options and calls the pipeline; heavy modules load lazily,
+and nothing here imports torch (training runs in the jobscript's own processes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nlp_bench import __version__
+from nlp_bench.errors import BenchError
+
+TABLE_FORMATS = ("pretty", "csv", "json", "md")
+EXPORT_FORMATS = ("csv", "json", "md")
+
+
+class BenchGroup(click.Group):
+    """Turns every user-caused error into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BenchError as exc:
+            click.echo(f"bench: error: {exc}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nlp-bench")
+@click.option("--results-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NLP_BENCH_RESULTS",
+              default="results", show_default=True, help="Root of the run workspaces.")
+@click.pass_context
+def cli(ctx: click.Context, results_dir: Path) -> None:
+    """Benchmark Megatron-style GPT training on HPC clusters (the JUPITER NLP benchmark)."""
+    ctx.obj = {"results_dir": results_dir}
+
+
+@cli.command()
+@click.option("--tag", default=None, help="Benchmark tag: 13, 175 (default, as in the reference), smoke, ...")
+@click.option("--system", default=None, help="System profile from slurm/systems/ (default: the tag's).")
+@click.option("--benchmark", "benchmark_name", default="nlp", show_default=True,
+              help="Benchmark name in benchmark/ or a path to a benchmark YAML file.")
+@click.option("--nodes", type=int, default=None, help="Override the tag's node count.")
+@click.option("--tp", type=int, default=None, help="Override tensor-parallel size.")
+@click.option("--pp", type=int, default=None, help="Override pipeline-parallel size.")
+@click.option("--mbs", type=int, default=None, help="Override micro-batch size.")
+@click.option("--gas", type=int, default=None, help="Override gradient-accumulation steps.")
+@click.option("--dry-run", is_flag=True, help="Write the workspace and jobscript; do not submit.")
+@click.pass_context
+def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, dry_run) -> None:
+    """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm)."""
+    from nlp_bench.runner import execute_run
+
+    code = execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
+                       dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas))
+    ctx.exit(code)
+
+
+@cli.group()
+def result() -> None:
+    """Tables and exports of measured results."""
+
+
+@result.command("table")
+@click.argument("run_ref", metavar="[RUN]", required=False)
+@click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="pretty", show_default=True)
+@click.pass_context
+def result_table(ctx: click.Context, run_ref: str | None, fmt: str) -> None:
+    """Print the result table of RUN (a run id, its prefix, or its folder; default: the newest run)."""
+    from nlp_bench.analysis.results import run_rows
+    from nlp_bench.report.table import render
+    from nlp_bench.sweep.workspace import find_run
+
+    click.echo(render(run_rows(find_run(ctx.obj["results_dir"], run_ref)), fmt), nl=False)
+
+
+@result.command("export")
+@click.argument("run_ref", metavar="[RUN]", required=False)
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.pass_context
+def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Path) -> None:
+    """Write the result table of RUN to a file."""
+    from nlp_bench.analysis.results import run_rows
+    from nlp_bench.report.table import export
+    from nlp_bench.sweep.workspace import find_run
+
+    run_ = find_run(ctx.obj["results_dir"], run_ref)
+    export(run_rows(run_), fmt, output)
+    click.echo(f"wrote {output} ({fmt}, run {run_.id})")
+
+
+def main() -> None:
+    cli.main(prog_name="bench")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

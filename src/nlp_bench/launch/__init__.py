@@ -1,0 +1,1 @@
+"""Rendering jobscripts and running them: executors behind one interface, one job-state vocabulary."""

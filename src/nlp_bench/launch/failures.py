@@ -1,0 +1,44 @@
+"""Why a job failed, in a few classes a user can act on, from its final state and its output."""
+
+from __future__ import annotations
+
+import re
+
+from nlp_bench.launch import states
+
+# (class, pattern) in order of precedence: the first match names the failure.
+_PATTERNS = [
+    ("out_of_memory", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|oom-kill|Killed process|MemoryError")),
+    ("timeout", re.compile(r"DUE TO TIME LIMIT|time limit is near")),
+    ("node_failure", re.compile(r"DUE TO NODE FAILURE|NODE_FAIL")),
+    ("comm_timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|Gloo.*[Tt]imed? ?out")),
+    ("rendezvous", re.compile(r"RendezvousConnectionError|RendezvousTimeoutError|The connection to the C10d store has failed")),
+    ("usage", re.compile(r"nlp_bench\.train: error: .*|bench: error: .*|nlp-bench: this script is laid out for .*")),
+]
+_EXCEPTION = re.compile(r"^(?:\[default\d+\]:)?\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt)\b:?.*)$")
+
+
+def classify(state: str, exit_code: int | None, output: str) -> tuple[str | None, str | None]:
+    """(failure class, one-line detail) or (None, None) for a successful job."""
+    if state == states.COMPLETED and not exit_code:
+        return None, None
+    for name, pattern in _PATTERNS:
+        match = pattern.search(output)
+        if match:
+            return name, match.group(0).strip()
+    if state == states.TIMEOUT:
+        return "timeout", "the job reached its time limit"
+    if state == states.CANCELLED:
+        return "cancelled", "the job was cancelled"
+    if state == states.NODE_FAIL:
+        return "node_failure", "a node of the job failed"
+    if state == states.OUT_OF_MEMORY:
+        return "out_of_memory", "the job ran out of host memory"
+    last_exception = None
+    for line in output.splitlines():
+        match = _EXCEPTION.match(line)
+        if match:
+            last_exception = match.group(1).strip()
+    if last_exception:
+        return "python_exception", last_exception
+    return "nonzero_exit", f"exit code {exit_code}"

@@ -1,0 +1,119 @@
+"""The local executor: run a jobscript on this machine as a one-node Slurm job would see it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nlp_bench.launch import states
+from nlp_bench.launch.executor import finish
+from nlp_bench.sweep.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT
+
+#: The jobscript's last line; lets a later process learn the exit code of a job it did not start.
+_EXIT_LINE = re.compile(r"^nlp-bench: training exited with code (\d+)", re.M)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slurm_environment(point_dir: Path) -> dict[str, str]:
+    """The variables of a one-task, one-node allocation on this host (SLURM_JOB_ID is set by the shell)."""
+    host = socket.gethostname().split(".")[0]
+    return {
+        "SLURM_JOB_NAME": point_dir.name, "SLURM_JOB_NODELIST": host, "SLURM_NODELIST": host,
+        "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0", "SLURM_NTASKS": "1", "SLURM_CPUS_ON_NODE": str(os.cpu_count() or 1),
+        "SLURM_SUBMIT_DIR": str(point_dir), "SLURM_JOB_PARTITION": "local", "SLURM_CLUSTER_NAME": "local",
+    }
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self) -> None:
+        self._children: dict[str, subprocess.Popen] = {}
+
+    def submit(self, point_dir: Path) -> str:
+        point_dir = Path(point_dir).resolve()
+        env = {**os.environ, **slurm_environment(point_dir), "MASTER_PORT": str(_free_port())}
+        # torchrun and the trainer come from the environment bench itself runs in
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        with (point_dir / JOB_OUT).open("wb") as out, (point_dir / JOB_ERR).open("wb") as err:
+            # `exec` keeps one process, so the job id (the shell's pid) is also the pid to watch and signal
+            proc = subprocess.Popen(
+                ["bash", "-c", f'export SLURM_JOB_ID=$$ SLURM_JOBID=$$; exec bash ./{JOBSCRIPT}'],
+                cwd=point_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        job_id = str(proc.pid)
+        self._children[job_id] = proc
+        states.record(point_dir, states.RUNNING, executor=self.name, job_id=job_id, submitted=states.now_iso(),
+                      started=states.now_iso())
+        return job_id
+
+    def poll(self, point_dir: Path) -> str:
+        info = states.load(point_dir) or {}
+        state = info.get("state", states.UNKNOWN)
+        if state in states.TERMINAL:
+            return state
+        job_id = info["job_id"]
+        proc = self._children.get(job_id)
+        if proc is not None:
+            code = proc.poll()
+            if code is None:
+                return states.RUNNING
+            del self._children[job_id]
+        else:
+            if _alive(int(job_id)):
+                return states.RUNNING
+            code = _exit_code_from_log(Path(point_dir))
+        if code is not None and code < 0:  # killed by a signal
+            return finish(point_dir, states.CANCELLED, 128 - code)["state"]
+        return finish(point_dir, states.COMPLETED if code == 0 else states.FAILED, code)["state"]
+
+    def cancel(self, point_dir: Path) -> None:
+        info = states.load(point_dir) or {}
+        if info.get("state") in states.TERMINAL or "job_id" not in info:
+            return
+        pid = int(info["job_id"])
+        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _alive(pid, self._children.get(info["job_id"])):
+                time.sleep(0.1)
+            if not _alive(pid, self._children.get(info["job_id"])):
+                break
+        self._children.pop(info["job_id"], None)
+        finish(point_dir, states.CANCELLED, None)
+
+
+def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.is_file() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def _exit_code_from_log(point_dir: Path) -> int | None:
+    out = point_dir / JOB_OUT
+    if not out.is_file():
+        return None
+    codes = _EXIT_LINE.findall(out.read_text(errors="replace"))
+    return int(codes[-1]) if codes else None

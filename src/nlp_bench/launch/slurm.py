@@ -1,0 +1,93 @@
+"""The Slurm executor: sbatch --parsable to submit; sacct, then squeue, then scontrol to watch."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from nlp_bench.errors import LaunchError
+from nlp_bench.launch import states
+from nlp_bench.launch.executor import finish
+from nlp_bench.sweep.workspace import JOBSCRIPT
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def require(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise LaunchError(f"{tool} not found: this machine has no Slurm client; use --dry-run to write the "
+                          f"jobscript and submit it with sbatch where Slurm runs")
+    return path
+
+
+class SlurmExecutor:
+    name = "slurm"
+
+    def submit(self, point_dir: Path, dependency: str | None = None) -> str:
+        cmd = [require("sbatch"), "--parsable"]
+        if dependency:
+            cmd.append(f"--dependency={dependency}")
+        proc = _run([*cmd, JOBSCRIPT], cwd=Path(point_dir))
+        if proc.returncode != 0:
+            raise LaunchError(f"sbatch refused {Path(point_dir) / JOBSCRIPT}: {proc.stderr.strip() or proc.stdout.strip()}")
+        job_id = proc.stdout.strip().split(";")[0]
+        states.record(point_dir, states.PENDING, executor=self.name, job_id=job_id, submitted=states.now_iso())
+        return job_id
+
+    def poll(self, point_dir: Path) -> str:
+        info = states.load(point_dir) or {}
+        if info.get("state") in states.TERMINAL:
+            return info["state"]
+        job_id = info["job_id"]
+        found = _sacct(job_id) or _squeue(job_id) or _scontrol(job_id)
+        if found is None:
+            return info.get("state", states.UNKNOWN)
+        state, exit_code = found
+        if state in states.TERMINAL:
+            return finish(point_dir, state, exit_code)["state"]
+        if state != info.get("state"):
+            extra = {"started": states.now_iso()} if state == states.RUNNING else {}
+            states.record(point_dir, state, **extra)
+        return state
+
+    def cancel(self, point_dir: Path) -> None:
+        info = states.load(point_dir) or {}
+        if info.get("job_id") and info.get("state") not in states.TERMINAL:
+            _run([require("scancel"), info["job_id"]])
+
+
+def _sacct(job_id: str) -> tuple[str, int | None] | None:
+    if shutil.which("sacct") is None:
+        return None
+    proc = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode"])
+    line = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
+    if not line:
+        return None
+    state, _, code = line.partition("|")
+    return states.from_slurm(state), int(code.split(":")[0]) if code else None
+
+
+def _squeue(job_id: str) -> tuple[str, int | None] | None:
+    proc = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"]) if shutil.which("squeue") else None
+    if proc is None or proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    state = states.from_slurm(proc.stdout.strip().splitlines()[0])
+    if state in states.TERMINAL:
+        return _scontrol(job_id) or (state, None)
+    return state, None
+
+
+def _scontrol(job_id: str) -> tuple[str, int | None] | None:
+    proc = _run(["scontrol", "show", "job", job_id]) if shutil.which("scontrol") else None
+    if proc is None or proc.returncode != 0:
+        return None
+    state = re.search(r"JobState=(\S+)", proc.stdout)
+    code = re.search(r"ExitCode=(\d+):", proc.stdout)
+    if not state:
+        return None
+    return states.from_slurm(state.group(1)), int(code.group(1)) if code else None

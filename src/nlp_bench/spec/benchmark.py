@@ -1,0 +1,130 @@
+"""Benchmark definitions (benchmark/<name>.yaml): tags that fix a model, a system, a layout and the
+training flags, resolved into concrete points."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nlp_bench.errors import SpecError, unknown
+from nlp_bench.paths import benchmark_dir
+from nlp_bench.spec.layout import Layout, validate
+from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
+from nlp_bench.spec.systems import System, load_system
+from nlp_bench.spec.yamlio import check_keys, load_yaml
+
+_TOP_KEYS = {"name", "description", "default_tag", "train", "tags"}
+_TAG_KEYS = {"description", "model", "model_overrides", "system", "nodes", "tp", "pp", "mbs", "gas", "train", "sbatch"}
+
+#: Flags the point derives from the model and layout; a tag's `train` block may not set them.
+DERIVED_FLAGS = {
+    "num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size", "seq-length", "max-position-embeddings",
+    "tensor-model-parallel-size", "pipeline-model-parallel-size", "micro-batch-size", "global-batch-size",
+    "distributed-backend",
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One fully resolved benchmark configuration: what a jobscript runs."""
+
+    benchmark: str
+    tag: str
+    model: ModelSpec
+    system: System
+    layout: Layout
+    train: dict[str, Any]
+    sbatch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        lay = self.layout
+        return f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}_mbs{lay.mbs}_gas{lay.gas}"
+
+    @property
+    def vocab_padded(self) -> int:
+        return pad_vocab(self.model.vocab_size, self.layout.tp)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "benchmark": self.benchmark,
+            "tag": self.tag,
+            "model": {**self.model.to_dict(), "vocab_padded": self.vocab_padded,
+                      "size_billions": self.model.size_billions(self.vocab_padded)},
+            "system": self.system.name,
+            "system_info": {"device": self.system.device, "device_name": self.system.device_name,
+                            "devices_per_node": self.system.devices_per_node, "peak_tflops": self.system.peak_tflops,
+                            "partition": self.system.partition, "executor": self.system.executor},
+            "layout": self.layout.to_dict(),
+            "train": self.train,
+            "sbatch": self.sbatch,
+        }
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    description: str
+    default_tag: str
+    train: dict[str, Any]
+    tags: dict[str, dict[str, Any]]
+    path: Path
+
+    def point(self, tag: str | None = None, system: str | None = None, **layout: int | None) -> Point:
+        """Resolve a tag (default: the benchmark's default tag) on its own or another system.
+
+        `layout` may override nodes, tp, pp, mbs and gas (None keeps the tag's value): they are the
+        parameters the benchmark's rules leave free.
+        """
+        bad = set(layout) - {"nodes", "tp", "pp", "mbs", "gas"}
+        if bad:
+            raise SpecError(f"cannot override {', '.join(sorted(bad))}; free parameters: nodes, tp, pp, mbs, gas")
+        tag = self.default_tag if tag is None else str(tag)
+        if tag not in self.tags:
+            raise SpecError(unknown(f"tag for benchmark {self.name!r}:", tag, self.tags))
+        spec = {**self.tags[tag], **{k: v for k, v in layout.items() if v is not None}}
+        where = f"{self.path}: tag {tag!r}"
+        sys_ = load_system(system or spec["system"])
+        model = get_model(spec["model"], **(spec.get("model_overrides") or {}))
+        layout = validate(model, Layout(spec["nodes"], sys_.devices_per_node, spec.get("tp", 1), spec.get("pp", 1),
+                                        spec.get("mbs", 1), spec.get("gas", 1)))
+        if sys_.max_nodes is not None and layout.nodes > sys_.max_nodes:
+            raise SpecError(f"{where} asks for {layout.nodes} nodes but system {sys_.name!r} has {sys_.max_nodes}")
+        train = {**self.train, **(spec.get("train") or {})}
+        clash = DERIVED_FLAGS & set(train)
+        if clash:
+            raise SpecError(f"{where}: train may not set {', '.join(sorted(clash))} (they follow from model and layout)")
+        return Point(self.name, tag, model, sys_, layout, train, dict(spec.get("sbatch") or {}))
+
+
+def known_benchmarks() -> list[str]:
+    return sorted(p.stem for p in benchmark_dir().glob("*.yaml"))
+
+
+def load_benchmark(name_or_path: str = "nlp") -> Benchmark:
+    """A benchmark by name (benchmark/<name>.yaml) or by path to a YAML file."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = benchmark_dir() / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise SpecError(f"benchmark file not found: {path}; known benchmarks: {', '.join(known_benchmarks())}")
+    data = load_yaml(path, "benchmark")
+    check_keys(data, _TOP_KEYS, str(path))
+    tags = data.get("tags")
+    if not isinstance(tags, dict) or not tags:
+        raise SpecError(f"{path}: 'tags' must be a non-empty mapping")
+    tags = {str(k): v for k, v in tags.items()}
+    for tag, spec in tags.items():
+        if not isinstance(spec, dict):
+            raise SpecError(f"{path}: tag {tag!r} must be a mapping")
+        check_keys(spec, _TAG_KEYS, f"{path}: tag {tag!r}")
+        missing = {"model", "system", "nodes"} - set(spec)
+        if missing:
+            raise SpecError(f"{path}: tag {tag!r} is missing {', '.join(sorted(missing))}")
+    default_tag = str(data.get("default_tag", next(iter(tags))))
+    if default_tag not in tags:
+        raise SpecError(f"{path}: default_tag {default_tag!r} is not one of the tags")
+    return Benchmark(str(data.get("name", path.stem)), str(data.get("description", "")), default_tag,
+                     dict(data.get("train") or {}), tags, path)

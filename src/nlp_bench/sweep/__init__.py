@@ -1,0 +1,1 @@
+"""Which points to run, and the run workspace on disk."""

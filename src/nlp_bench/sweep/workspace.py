@@ -1,0 +1,117 @@
+"""The run workspace: results/<benchmark>/<run-id>/<point-id>/ with run.json, point.json, the jobscript,
+the job's output, state.json and result.json (DESIGN.md). Every JSON file is written atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from nlp_bench import __version__
+from nlp_bench.errors import ResultError
+from nlp_bench.fsio import read_json, write_json_atomic, write_text_atomic
+from nlp_bench.spec.benchmark import Point
+
+RUN_JSON, POINT_JSON, STATE_JSON, RESULT_JSON = "run.json", "point.json", "state.json", "result.json"
+JOBSCRIPT, JOB_OUT, JOB_ERR = "jobscript.sbatch", "job.out", "job.err"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    """Sortable by creation time; the hash keeps two runs started in the same second apart."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    salt = f"{time.time_ns()}-{os.getpid()}-{os.urandom(4).hex()}"
+    return f"{stamp}-{hashlib.sha1(salt.encode()).hexdigest()[:6]}"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, Any]:
+    """Software versions, read from package metadata so that the CLI never imports torch for them."""
+    return {"nlp-bench": __version__, "python": platform.python_version(), "torch": _version("torch"),
+            "platform": platform.platform()}
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def benchmark(self) -> str:
+        return self.path.parent.name
+
+    def meta(self) -> dict[str, Any]:
+        return read_json(self.path / RUN_JSON)
+
+    def point_dirs(self) -> list[Path]:
+        return sorted(p.parent for p in self.path.glob(f"*/{POINT_JSON}"))
+
+
+def create_run(root: Path, benchmark: str, tag: str, system: str, points: list[Point], argv: list[str]) -> Run:
+    """A new run folder with run.json describing what was asked."""
+    run = Run(Path(root) / benchmark / new_run_id())
+    run.path.mkdir(parents=True, exist_ok=False)
+    write_json_atomic(run.path / RUN_JSON, {
+        "id": run.id, "benchmark": benchmark, "tags": [tag], "system": system, "created": now_iso(),
+        "command": argv, "points": [p.id for p in points], "versions": versions(),
+    })
+    return run
+
+
+def write_point(run: Run, point: Point, jobscript: str) -> Path:
+    """The point's folder with point.json and its jobscript (executable, so it also runs by hand)."""
+    folder = run.path / point.id
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / POINT_JSON, point.to_dict())
+    write_text_atomic(folder / JOBSCRIPT, jobscript, mode=0o755)
+    return folder
+
+
+def list_runs(root: Path) -> list[Run]:
+    """All runs under root, oldest first (run ids sort by time)."""
+    runs = [Run(p.parent) for p in Path(root).glob(f"*/*/{RUN_JSON}")]
+    return sorted(runs, key=lambda r: r.id)
+
+
+def find_run(root: Path, ref: str | None) -> Run:
+    """A run by path, by id, or (ref None) the newest one."""
+    if ref is not None and (Path(ref) / RUN_JSON).is_file():
+        return Run(Path(ref))
+    runs = list_runs(root)
+    if not runs:
+        raise ResultError(f"no runs under {root}/ (start one with `bench run`, or pass --results-dir)")
+    if ref is None:
+        return runs[-1]
+    matches = [r for r in runs if r.id == ref or r.id.startswith(ref)]
+    if len(matches) != 1:
+        what = "no run" if not matches else f"{len(matches)} runs"
+        recent = ", ".join(r.id for r in runs[-3:])
+        raise ResultError(f"{what} under {root}/ match {ref!r}; the newest are: {recent}")
+    return matches[0]
+
+
+def read_optional(path: Path) -> dict[str, Any] | None:
+    return read_json(path) if path.is_file() else None
+
+
+def argv() -> list[str]:
+    return [Path(sys.argv[0]).name, *sys.argv[1:]]

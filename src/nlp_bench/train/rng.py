@@ -1,0 +1,45 @@
+"""A second random stream for tensor-parallel regions.
+
+Dropout on the replicated residual stream must draw the same mask on every tensor-parallel rank (or
+the replicas drift apart), while dropout on a rank's own attention heads should differ between ranks.
+The default generator serves the first; this tracker swaps in a per-tp-rank state for the second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+#: Megatron's offset between the default seed and the tensor-parallel seed.
+TP_SEED_OFFSET = 2718
+
+
+class ParallelRNG:
+    def __init__(self, seed: int, tp_rank: int, device: torch.device) -> None:
+        self.device = device
+        saved = self._get()
+        torch.manual_seed(seed + TP_SEED_OFFSET + tp_rank)
+        self._state = self._get()
+        self._set(saved)
+
+    def _get(self) -> torch.Tensor:
+        return torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else torch.get_rng_state()
+
+    def _set(self, state: torch.Tensor) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state, self.device)
+        else:
+            torch.set_rng_state(state)
+
+    @contextlib.contextmanager
+    def fork(self) -> Iterator[None]:
+        """Run the block on the tensor-parallel stream, then return to the default one."""
+        saved = self._get()
+        self._set(self._state)
+        try:
+            yield
+        finally:
+            self._state = self._get()
+            self._set(saved)
