@@ -65,14 +65,22 @@ def result() -> None:
 @result.command("table")
 @click.argument("run_ref", metavar="[RUN]", required=False)
 @click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="pretty", show_default=True)
+@click.option("--reference", is_flag=True, help="Add the published JUPITER reference rows.")
 @click.pass_context
-def result_table(ctx: click.Context, run_ref: str | None, fmt: str) -> None:
+def result_table(ctx: click.Context, run_ref: str | None, fmt: str, reference: bool) -> None:
     """Print the result table of RUN (a run id, its prefix, or its folder; default: the newest run)."""
     from nlp_bench.analysis.results import run_rows
     from nlp_bench.report.table import render
     from nlp_bench.sweep.workspace import find_run
 
-    click.echo(render(run_rows(find_run(ctx.obj["results_dir"], run_ref)), fmt), nl=False)
+    rows = []
+    if reference:
+        from nlp_bench.analysis.reference import reference_rows
+
+        rows = reference_rows()
+    if run_ref is not None or not reference:
+        rows += run_rows(find_run(ctx.obj["results_dir"], run_ref))
+    click.echo(render(rows, fmt), nl=False)
 
 
 @result.command("export")

@@ -36,6 +36,10 @@ def slurm_dir() -> Path:
     return project_root() / "slurm"
 
 
+def reference_dir() -> Path:
+    return project_root() / "results" / "reference"
+
+
 def default_results_dir() -> Path:
     """Run output goes under ./results unless NLP_BENCH_RESULTS says otherwise."""
     return Path(os.environ.get("NLP_BENCH_RESULTS", "results"))

@@ -61,7 +61,8 @@ def parse_line(line: str) -> Record | None:
         return None
     fields: dict[str, float | int] = {}
     seconds = None
-    for part in line[match.end():].split("|"):
+    # only fields closed by "|" count: a line cut off mid-number must not yield a wrong number
+    for part in line[match.end():].split("|")[:-1]:
         field = _FIELD.match(part)
         if not field:
             continue

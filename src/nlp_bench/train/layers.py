@@ -85,7 +85,9 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, vocab_start, group):
-        logits = logits.float()
+        ctx.input_dtype = logits.dtype
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()  # the softmax needs fp32 range and precision
         logits_max = C.all_reduce(logits.max(dim=-1).values, group, op="max")
         shifted = logits - logits_max.unsqueeze(-1)
         width = shifted.shape[-1]
@@ -106,7 +108,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         grad = softmax
         grad.scatter_add_(-1, local.unsqueeze(-1), -(~outside).unsqueeze(-1).to(grad.dtype))
         grad.mul_(grad_loss.unsqueeze(-1))
-        return grad, None, None, None
+        return grad.to(ctx.input_dtype), None, None, None
 
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, vocab_start: int, group) -> torch.Tensor:

@@ -1,0 +1,39 @@
+"""Shared fixtures: the repository root, a CLI runner, and a throw-away results folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    return tmp_path / "results"
+
+
+@pytest.fixture
+def bench(results: Path):
+    """Invoke `bench` in-process against a temporary results folder; returns click's Result."""
+    from nlp_bench.cli import cli
+
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(cli, ["--results-dir", str(results), *args], catch_exceptions=False)
+
+    return invoke
+
+
+def run_bench(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`bench` as a user runs it: a separate process, its own stdout/stderr and exit code."""
+    exe = Path(sys.executable).parent / "bench"
+    env = {k: v for k, v in os.environ.items() if k != "NLP_BENCH_RESULTS"}
+    return subprocess.run([str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,76 @@
+"""User errors are one line and exit 2; `bench --help` stays light."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run_bench
+
+
+def _one_line_error(proc_or_result, *needles):
+    text = proc_or_result.stderr if hasattr(proc_or_result, "stderr") else proc_or_result.output
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    assert lines[0].startswith("bench: error: "), text
+    assert "Traceback" not in text
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["run", "--tag", "17", "--dry-run"], ["unknown tag", "'17'", "known: 13, 175, smoke"]),
+    (["run", "--tag", "13", "--tp", "3", "--dry-run"], ["impossible layout", "tp 3 must divide the number of attention heads 32"]),
+    (["run", "--tag", "13", "--nodes", "3", "--dry-run"], ["tp x pp = 8 must divide the 12 devices"]),
+    (["run", "--benchmark", "nosuch", "--dry-run"], ["benchmark file not found", "nosuch.yaml", "known benchmarks: nlp"]),
+    (["run", "--benchmark", "/nonexistent/grid.yaml", "--dry-run"], ["benchmark file not found: /nonexistent/grid.yaml"]),
+    (["run", "--tag", "13", "--system", "juwels", "--dry-run"], ["unknown system 'juwels'", "juwels-booster"]),
+    (["result", "table"], ["no runs under"]),
+    (["result", "table", "nosuchrun"], ["no runs under"]),
+])
+def test_user_errors_exit_2_with_one_line(tmp_path, args, needles):
+    proc = run_bench("--results-dir", str(tmp_path / "r"), *args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    _one_line_error(proc, *needles)
+    assert not list((tmp_path / "r").glob("*/*/*/jobscript.sbatch")), "an error must not leave a workspace behind"
+
+
+def test_missing_sbatch_names_dry_run(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "nlp_bench.cli", "--results-dir", str(tmp_path / "r"),
+                           "run", "--tag", "13"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/nonexistent", "HOME": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr
+    _one_line_error(proc, "sbatch not found", "--dry-run")
+    assert not (tmp_path / "r").exists()
+
+
+def test_unknown_run_among_existing(bench, results):
+    assert bench("run", "--tag", "13", "--dry-run").exit_code == 0
+    out = bench("result", "table", "2001")
+    assert out.exit_code == 2 and "no run under" in out.output and "the newest are" in out.output
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys, runpy; sys.argv = ['bench', '--help']\n"
+            "from nlp_bench.cli import cli\n"
+            "try:\n    cli.main(prog_name='bench')\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'pandas', 'matplotlib', 'jinja2') if m in sys.modules]\n"
+            "print('HEAVY', heavy)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "Commands:" in proc.stdout
+    assert "HEAVY []" in proc.stdout, proc.stdout
+
+
+def test_dry_run_and_table_do_not_import_torch(tmp_path):
+    code = ("import sys\nfrom nlp_bench.cli import cli\n"
+            f"for args in (['run', '--tag', '175', '--dry-run'], ['result', 'table']):\n"
+            f"    try:\n        cli.main(['--results-dir', {str(tmp_path)!r}, *args], prog_name='bench')\n"
+            "    except SystemExit as e:\n        assert not e.code, e.code\n"
+            "print('TORCH', 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "TORCH False" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_version():
+    proc = run_bench("--version", cwd=ROOT)
+    assert proc.returncode == 0 and "nlp-bench" in proc.stdout

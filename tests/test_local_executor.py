@@ -1,0 +1,71 @@
+"""The local executor runs a jobscript as a one-node Slurm job and records what happened."""
+
+import os
+import time
+
+from nlp_bench.launch import states
+from nlp_bench.launch.executor import wait
+from nlp_bench.launch.local import LocalExecutor
+
+
+def _point(tmp_path, body: str):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    script = folder / "jobscript.sbatch"
+    script.write_text("#!/bin/bash\n" + body)
+    script.chmod(0o755)
+    return folder
+
+
+def test_runs_with_slurm_variables_and_captures_output(tmp_path):
+    folder = _point(tmp_path, 'echo "job=$SLURM_JOB_ID nodes=$SLURM_JOB_NUM_NODES node=$SLURM_NODEID port=$MASTER_PORT"\n'
+                              'echo oops >&2\necho "nlp-bench: training exited with code 0"\n')
+    ex = LocalExecutor()
+    job_id = ex.submit(folder)
+    assert wait(ex, folder, interval_s=0.05) == states.COMPLETED
+    out = (folder / "job.out").read_text()
+    assert f"job={job_id} nodes=1 node=0 port=" in out
+    assert (folder / "job.err").read_text() == "oops\n"
+    info = states.load(folder)
+    assert info["executor"] == "local" and info["exit_code"] == 0 and info["failure_class"] is None
+    assert [h["state"] for h in info["history"]] == ["RUNNING", "COMPLETED"]
+
+
+def test_failure_is_classified(tmp_path):
+    folder = _point(tmp_path, 'echo "[default0]:RuntimeError: something broke" >&2\nexit 3\n')
+    ex = LocalExecutor()
+    ex.submit(folder)
+    assert wait(ex, folder, interval_s=0.05) == states.FAILED
+    info = states.load(folder)
+    assert info["exit_code"] == 3
+    assert (info["failure_class"], info["failure_detail"]) == ("python_exception", "RuntimeError: something broke")
+
+
+def test_cancel_kills_the_whole_job(tmp_path):
+    folder = _point(tmp_path, "sleep 300 &\nchild=$!\necho $child > child.pid\nwait $child\n")
+    ex = LocalExecutor()
+    ex.submit(folder)
+    deadline = time.monotonic() + 10
+    while not (folder / "child.pid").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((folder / "child.pid").read_text())
+    ex.cancel(folder)
+    assert states.load(folder)["state"] == states.CANCELLED
+    time.sleep(0.2)
+    try:
+        os.kill(child, 0)
+        alive = open(f"/proc/{child}/stat").read().split(")")[-1].split()[0] != "Z"
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "the job's children must die with it"
+
+
+def test_another_process_learns_the_outcome_from_the_log(tmp_path):
+    folder = _point(tmp_path, 'echo "nlp-bench: training exited with code 1"\nexit 1\n')
+    first = LocalExecutor()
+    first.submit(folder)
+    proc = first._children[states.load(folder)["job_id"]]
+    proc.wait()
+    # a fresh executor (say, a later `bench` invocation) has no handle on the child
+    assert LocalExecutor().poll(folder) == states.FAILED
+    assert states.load(folder)["exit_code"] == 1

@@ -1,0 +1,76 @@
+"""The committed reference jobscripts are exactly what `bench run --dry-run` renders today."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from nlp_bench.launch.render import render_jobscript, shell_value, train_flags
+from nlp_bench.spec.benchmark import load_benchmark
+
+
+def _dry_run(bench, results: Path, tag: str) -> str:
+    out = bench("run", "--tag", tag, "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert "sbatch jobscript.sbatch" in out.output
+    scripts = list(results.glob("nlp/*/*/jobscript.sbatch"))
+    assert len(scripts) == 1
+    assert str(scripts[0]) in out.output
+    return scripts[0].read_text()
+
+
+@pytest.mark.parametrize("tag,golden", [("175", "jobscript_175B.sbatch"), ("13", "jobscript_13B.sbatch")])
+def test_dry_run_matches_committed_script(bench, results, tag, golden):
+    rendered = _dry_run(bench, results, tag)
+    assert rendered == (ROOT / "slurm" / golden).read_text(), (
+        f"slurm/{golden} is stale: regenerate it with `bench run --tag {tag} --dry-run`")
+
+
+def test_175b_script_values(bench, results):
+    text = _dry_run(bench, results, "175")
+    for needle in ("#SBATCH --nodes=96", "export TP_SIZE=8", "export PP_SIZE=8", "export MICRO_BATCH_SIZE=1",
+                   "export GAS=16", "export GLOBAL_BATCH_SIZE=96", "export NHIDDEN=12288", "export NLAYERS=96",
+                   "export NHEADS=96", "export SEQ_LEN=2048", "#SBATCH --partition=booster", "#SBATCH --gres=gpu:4",
+                   "#SBATCH --cpus-per-task=48", "--bf16", "--init-method-std 0.0048", "--use-distributed-optimizer",
+                   "--sequence-parallel", "--recompute-activations", "--use-flash-attn", "--distributed-backend nccl",
+                   "--rdzv_backend c10d", "--max_restarts 0", "--tee 3", "-m nlp_bench.train",
+                   'export MASTER_ADDR="${MASTER_ADDR}i"', "srun --ntasks-per-node=1"):
+        assert needle in text, needle
+    assert "--fp16" not in text
+    assert not list(results.glob("nlp/*/*/job.out")), "a dry run must not run anything"
+
+
+def test_13b_script_values(bench, results):
+    text = _dry_run(bench, results, "13")
+    for needle in ("#SBATCH --nodes=8", "export TP_SIZE=2", "export PP_SIZE=4", "export GAS=256",
+                   "export GLOBAL_BATCH_SIZE=1024", "export NHIDDEN=5120", "export NLAYERS=40", "export NHEADS=32",
+                   "--fp16", "--lr-warmup-samples 216320", "--train-samples 300000000"):
+        assert needle in text, needle
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("tag", ["175", "13", "smoke"])
+def test_scripts_are_valid_bash(tag):
+    script = render_jobscript(load_benchmark().point(tag))
+    proc = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_flag_rendering():
+    assert train_flags({"a": True, "b": False, "c": None, "lr": 1e-4, "n": 3, "p": "${X}/y", "s": "a b"}) == [
+        "--a", "--lr 0.0001", "--n 3", '--p "${X}/y"', "--s 'a b'"]
+    assert shell_value(1.0e-8) == "1e-08"
+
+
+def test_train_args_in_script_are_ones_the_trainer_knows():
+    from nlp_bench.train.args import build_parser
+
+    known = {opt for action in build_parser()._actions for opt in action.option_strings}
+    for tag in ("175", "13", "smoke"):
+        script = render_jobscript(load_benchmark().point(tag))
+        block = script.split("TRAIN_ARGS=(")[1].split("\n)")[0]
+        for flag in re.findall(r"^\s+(--[a-z0-9-]+)", block, re.M):
+            assert flag in known, f"tag {tag}: {flag} is not a trainer flag"

@@ -1,0 +1,69 @@
+"""`bench run --tag smoke` end to end on this machine: render, run 2 gloo ranks, parse, report."""
+
+import csv
+import json
+
+import pytest
+
+from conftest import run_bench
+from nlp_bench.analysis.results import COLUMNS
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("smoke")
+    proc = run_bench("run", "--tag", "smoke", cwd=cwd, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return cwd, proc
+
+
+def _row_cells(text: str) -> list[str]:
+    lines = [line for line in text.splitlines() if "COMPLETED" in line]
+    assert len(lines) == 1, text
+    return lines[0].split()
+
+
+def test_workspace_files(smoke_run):
+    cwd, _ = smoke_run
+    points = list(cwd.glob("results/nlp/*/*/point.json"))
+    assert len(points) == 1
+    folder = points[0].parent
+    for name in ("point.json", "jobscript.sbatch", "job.out", "state.json", "result.json"):
+        assert (folder / name).is_file(), name
+    assert (folder.parent / "run.json").is_file()
+    state = json.loads((folder / "state.json").read_text())
+    assert state["state"] == "COMPLETED" and state["exit_code"] == 0
+    result = json.loads((folder / "result.json").read_text())
+    assert result["summary"]["iterations"] == 40 and len(result["records"]) == 8
+    assert "[default1]: iteration       40/      40" in (folder / "job.out").read_text()
+
+
+def test_row_has_throughput_and_time_to_report(smoke_run):
+    cwd, proc = smoke_run
+    result = json.loads(next(cwd.glob("results/nlp/*/*/result.json")).read_text())["summary"]
+    assert result["tokens_per_s"] > 0 and result["time_to_report_s"] == pytest.approx(20e6 / result["tokens_per_s"])
+    cells = _row_cells(proc.stdout)
+    assert f"{result['tokens_per_s']:.2f}" in cells and f"{result['time_to_report_s']:.2f}" in cells
+
+
+def test_result_table_prints_the_same_row(smoke_run):
+    cwd, proc = smoke_run
+    table = run_bench("result", "table", cwd=cwd)
+    assert table.returncode == 0, table.stderr
+    assert _row_cells(table.stdout) == _row_cells(proc.stdout)
+
+
+def test_export_csv_has_the_design_columns(smoke_run):
+    cwd, _ = smoke_run
+    out = run_bench("result", "export", "--format", "csv", "-o", "x.csv", cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    with (cwd / "x.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == COLUMNS
+    assert rows[0]["state"] == "COMPLETED" and float(rows[0]["Tokens/sec"]) > 0
+    assert (rows[0]["Nodes"], rows[0]["Tensor_Parallel"], rows[0]["Pipeline_Parallel"], rows[0]["DP"]) == ("1", "2", "1", "1")
+    for fmt in ("json", "md"):
+        assert run_bench("result", "export", "--format", fmt, "-o", f"x.{fmt}", cwd=cwd).returncode == 0
+    assert json.loads((cwd / "x.json").read_text())[0]["Batch_Size"] == 4

@@ -1,0 +1,100 @@
+"""Single-process checks of the trainer's pieces (no process group needed)."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nlp_bench.train.args import UsageError, parse_args
+from nlp_bench.train.data import MockData
+from nlp_bench.train.grid import rank_of
+from nlp_bench.train.layers import vocab_parallel_cross_entropy
+from nlp_bench.train.model import apply_rope, rope_tables
+from nlp_bench.train.schedule import LRSchedule
+
+BASE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "16",
+        "--micro-batch-size", "2", "--lr", "1e-3", "--train-iters", "3", "--mock-data", "--vocab-size", "100"]
+
+
+def test_vocab_parallel_cross_entropy_matches_torch_on_one_rank():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 3, 37, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(37, (5, 3))
+    ours = vocab_parallel_cross_entropy(logits, target, 0, None)
+    ref = F.cross_entropy(logits.reshape(-1, 37), target.reshape(-1), reduction="none").view(5, 3)
+    assert torch.allclose(ours, ref)
+    (g_ours,) = torch.autograd.grad(ours.square().sum(), logits)
+    (g_ref,) = torch.autograd.grad(ref.square().sum(), logits)
+    assert torch.allclose(g_ours, g_ref)
+
+
+def test_megatron_lr_schedule_in_samples():
+    s = LRSchedule(1e-4, 1e-5, warmup=216320, decay=300_000_000, style="cosine")
+    assert s.at(0) == 0.0
+    assert f"{s.at(960):.3E}" == "4.438E-07"  # seed 003, iteration 10 of the 175B run
+    assert s.at(216320) == pytest.approx(1e-4)
+    assert s.at(300_000_000) == pytest.approx(1e-5) and s.at(400_000_000) == 1e-5
+    mid = 216320 + (300_000_000 - 216320) / 2
+    assert s.at(int(mid)) == pytest.approx(5.5e-5, rel=1e-4)
+    lin = LRSchedule(1.0, 0.0, warmup=0, decay=10, style="linear")
+    assert [lin.at(i) for i in (0, 5, 10)] == [1.0, 0.5, 0.0]
+
+
+def test_grid_order_is_tp_fastest():
+    # tp=2, dp=2, pp=2: ranks 0,1 share tp group; 0,2 share dp; 0,4 share pp
+    assert [rank_of(t, 0, 0, 2, 2) for t in range(2)] == [0, 1]
+    assert [rank_of(0, d, 0, 2, 2) for d in range(2)] == [0, 2]
+    assert [rank_of(0, 0, p, 2, 2) for p in range(2)] == [0, 4]
+
+
+def test_mock_data_is_addressed_by_sample():
+    data = MockData(100, 16, seed=3)
+    tokens, labels = data.batch(10, 4)
+    assert tokens.shape == labels.shape == (4, 16)
+    assert torch.equal(tokens[2], data.batch(12, 1)[0][0])
+    assert torch.equal(tokens[:, 1:], labels[:, :-1])
+    assert int(tokens.max()) < 100
+
+
+def test_rope_preserves_norm_and_relative_position():
+    cos, sin = rope_tables(8, 4)
+    x = torch.randn(1, 1, 8, 4)
+    assert torch.allclose(apply_rope(x, cos, sin).norm(dim=-1), x.norm(dim=-1), atol=1e-6)
+    q, k = torch.randn(4), torch.randn(4)
+    def dot(i, j):
+        qi = apply_rope(q.expand(1, 1, 8, 4), cos, sin)[0, 0, i]
+        kj = apply_rope(k.expand(1, 1, 8, 4), cos, sin)[0, 0, j]
+        return float(qi @ kj)
+    assert math.isclose(dot(3, 1), dot(6, 4), rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--bf16"], "--bf16 is not implemented"),
+    (["--sequence-parallel"], "--sequence-parallel is not implemented"),
+    (["--pipeline-model-parallel-size", "2"], "pipeline parallelism"),
+    (["--train-samples", "10"], "exactly one of --train-iters and --train-samples"),
+    (["--seq-length", "4096", "--max-position-embeddings", "2048"], "exceeds --max-position-embeddings"),
+])
+def test_refused_flags(extra, needle):
+    with pytest.raises(UsageError, match=needle):
+        parse_args(BASE + extra)
+
+
+def test_trainer_usage_error_is_one_line_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *BASE, "--distributed-backend", "gloo",
+                           "--use-distributed-optimizer"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "nlp_bench.train: error: --use-distributed-optimizer is not implemented in this trainer yet"
+
+
+def test_trainer_runs_as_one_process_without_torchrun():
+    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *BASE, "--distributed-backend", "gloo",
+                           "--log-interval", "1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    from nlp_bench.analysis.parsers import parse_text
+
+    assert [r.iteration for r in parse_text(proc.stdout)] == [1, 2, 3]
+    assert "world 1 = tp 1 x pp 1 x dp 1" in proc.stdout
