@@ -37,3 +37,16 @@ def run_bench(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Complet
     exe = Path(sys.executable).parent / "bench"
     env = {k: v for k, v in os.environ.items() if k != "NLP_BENCH_RESULTS"}
     return subprocess.run([str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real one-node Slurm controller + node on this machine; skipped (with the reason) where impossible."""
+    import slurm_lab
+
+    reason = slurm_lab.unavailable()
+    if reason:
+        pytest.skip(reason)
+    node = slurm_lab.start()
+    yield node
+    slurm_lab.stop()

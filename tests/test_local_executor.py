@@ -69,3 +69,18 @@ def test_another_process_learns_the_outcome_from_the_log(tmp_path):
     # a fresh executor (say, a later `bench` invocation) has no handle on the child
     assert LocalExecutor().poll(folder) == states.FAILED
     assert states.load(folder)["exit_code"] == 1
+
+
+def test_result_table_refreshes_a_job_whose_watcher_died(bench, results):
+    """bench killed while its local job ran: the next `bench result table` learns how the job ended."""
+    assert bench("run", "--tag", "smoke", "--dry-run").exit_code == 0
+    folder = next(results.glob("nlp/*/*/"))
+    (folder / "jobscript.sbatch").write_text("#!/bin/bash\necho 'nlp-bench: training exited with code 0'\n")
+    ex = LocalExecutor()
+    ex.submit(folder)
+    ex._children[states.load(folder)["job_id"]].wait()
+    assert states.load(folder)["state"] == states.RUNNING  # nobody watched it end
+    out = bench("result", "table", "--format", "csv")
+    assert out.exit_code == 0, out.output
+    assert ",COMPLETED," in out.output
+    assert states.load(folder)["state"] == states.COMPLETED

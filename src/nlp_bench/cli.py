@@ -57,6 +57,15 @@ def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas
     ctx.exit(code)
 
 
+def _refreshed(run_):
+    """The run, with the state of every unfinished job asked of its executor first."""
+    from nlp_bench.launch.executor import refresh
+
+    for point_dir in run_.point_dirs():
+        refresh(point_dir)
+    return run_
+
+
 @cli.group()
 def result() -> None:
     """Tables and exports of measured results."""
@@ -79,7 +88,7 @@ def result_table(ctx: click.Context, run_ref: str | None, fmt: str, reference: b
 
         rows = reference_rows()
     if run_ref is not None or not reference:
-        rows += run_rows(find_run(ctx.obj["results_dir"], run_ref))
+        rows += run_rows(_refreshed(find_run(ctx.obj["results_dir"], run_ref)))
     click.echo(render(rows, fmt), nl=False)
 
 
@@ -94,7 +103,7 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
     from nlp_bench.report.table import export
     from nlp_bench.sweep.workspace import find_run
 
-    run_ = find_run(ctx.obj["results_dir"], run_ref)
+    run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
     export(run_rows(run_), fmt, output)
     click.echo(f"wrote {output} ({fmt}, run {run_.id})")
 

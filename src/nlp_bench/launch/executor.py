@@ -59,6 +59,16 @@ def finish(point_dir: Path, state: str, exit_code: int | None) -> dict:
                          finished=states.now_iso())
 
 
+def refresh(point_dir: Path) -> str | None:
+    """Bring state.json up to date for a job some earlier process submitted (None if never submitted)."""
+    info = states.load(point_dir)
+    if info is None or "executor" not in info:
+        return None
+    if info.get("state") in states.TERMINAL:
+        return info["state"]
+    return get_executor(info["executor"]).poll(point_dir)
+
+
 def get_executor(name: str) -> Executor:
     if name == "local":
         from nlp_bench.launch.local import LocalExecutor

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
@@ -13,8 +15,8 @@ from nlp_bench.launch.executor import finish
 from nlp_bench.sweep.workspace import JOBSCRIPT
 
 
-def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=60)
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
 def require(tool: str) -> str:
@@ -32,7 +34,11 @@ class SlurmExecutor:
         cmd = [require("sbatch"), "--parsable"]
         if dependency:
             cmd.append(f"--dependency={dependency}")
-        proc = _run([*cmd, JOBSCRIPT], cwd=Path(point_dir))
+        # sbatch hands the job this environment: put bench's own (torchrun, the trainer) first on PATH,
+        # so a job finds them even when the profile's set-up lines activate nothing
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        proc = subprocess.run([*cmd, JOBSCRIPT], cwd=Path(point_dir), env=env, capture_output=True, text=True,
+                              timeout=60)
         if proc.returncode != 0:
             raise LaunchError(f"sbatch refused {Path(point_dir) / JOBSCRIPT}: {proc.stderr.strip() or proc.stdout.strip()}")
         job_id = proc.stdout.strip().split(";")[0]

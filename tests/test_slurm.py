@@ -1,0 +1,83 @@
+"""The Slurm executor against a real slurmctld/slurmd started by the tests' own fixture."""
+
+import time
+
+import pytest
+
+from conftest import run_bench
+from nlp_bench.launch import states
+from nlp_bench.launch.executor import wait
+from nlp_bench.launch.slurm import SlurmExecutor
+
+pytestmark = pytest.mark.slurm
+
+
+def _point(tmp_path, body: str):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "jobscript.sbatch").write_text("#!/bin/bash\n#SBATCH --output=job.out\n#SBATCH --error=job.err\n"
+                                             "#SBATCH --time=00:05:00\n" + body)
+    return folder
+
+
+def test_completed_job(slurm_cluster, tmp_path):
+    folder = _point(tmp_path, 'echo "job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"\n')
+    ex = SlurmExecutor()
+    job_id = ex.submit(folder)
+    assert states.load(folder)["state"] == states.PENDING
+    assert wait(ex, folder, interval_s=0.3) == states.COMPLETED
+    info = states.load(folder)
+    assert info["job_id"] == job_id and info["exit_code"] == 0 and info["failure_class"] is None
+    assert f"job {job_id} on {slurm_cluster}" in (folder / "job.out").read_text()
+
+
+def test_failed_job_keeps_exit_code_and_class(slurm_cluster, tmp_path):
+    folder = _point(tmp_path, 'echo "[default0]:ZeroDivisionError: division by zero" >&2\nexit 3\n')
+    ex = SlurmExecutor()
+    ex.submit(folder)
+    assert wait(ex, folder, interval_s=0.3) == states.FAILED
+    info = states.load(folder)
+    assert info["exit_code"] == 3 and info["failure_class"] == "python_exception"
+
+
+def test_cancel(slurm_cluster, tmp_path):
+    folder = _point(tmp_path, "sleep 300\n")
+    ex = SlurmExecutor()
+    ex.submit(folder)
+    deadline = time.monotonic() + 30
+    while ex.poll(folder) != states.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.2)
+    ex.cancel(folder)
+    assert wait(ex, folder, interval_s=0.3) == states.CANCELLED
+    assert states.load(folder)["failure_class"] == "cancelled"
+
+
+def test_refused_submission_is_a_clear_error(slurm_cluster, tmp_path):
+    from nlp_bench.errors import LaunchError
+
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "jobscript.sbatch").write_text("#!/bin/bash\n#SBATCH --partition=nosuchpartition\ntrue\n")
+    with pytest.raises(LaunchError, match="sbatch refused .*jobscript.sbatch: .*partition"):
+        SlurmExecutor().submit(folder)
+
+
+@pytest.mark.slow
+def test_smoke_benchmark_through_slurm(slurm_cluster, tmp_path):
+    """sbatch -> srun -> torchrun (c10d rendezvous on the first node) -> trainer -> parsed row."""
+    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "submitted Slurm job" in proc.stdout
+    deadline = time.monotonic() + 300
+    table = None
+    while time.monotonic() < deadline:
+        table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
+        if any(s in table.stdout for s in (",COMPLETED,", ",FAILED,", ",CANCELLED,", ",TIMEOUT,")):
+            break
+        time.sleep(2)
+    folder = next(tmp_path.glob("results/nlp/*/*/"))
+    assert ",COMPLETED," in table.stdout, table.stdout + (folder / "job.out").read_text()[-3000:] + \
+        (folder / "job.err").read_text()[-3000:]
+    row = dict(zip(table.stdout.splitlines()[0].split(","), table.stdout.splitlines()[1].split(",")))
+    assert row["system"] == "local-slurm" and row["queue"] == "debug" and float(row["Tokens/sec"]) > 0
+    assert row["Iterations"] == "40"
