@@ -67,3 +67,37 @@ def test_export_csv_has_the_design_columns(smoke_run):
     for fmt in ("json", "md"):
         assert run_bench("result", "export", "--format", fmt, "-o", f"x.{fmt}", cwd=cwd).returncode == 0
     assert json.loads((cwd / "x.json").read_text())[0]["Batch_Size"] == 4
+
+
+def test_interrupted_run_cancels_its_job_and_keeps_what_it_measured(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from conftest import run_bench
+
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "bench"), "run", "--tag", "smoke"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    log = None
+    while time.monotonic() < deadline:  # wait for the first iteration line, then press Ctrl-C
+        logs = list(tmp_path.glob("results/nlp/*/*/job.out"))
+        if logs and " iteration " in logs[0].read_text():
+            log = logs[0]
+            break
+        time.sleep(0.2)
+    assert log is not None, "the smoke run never logged an iteration"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "job cancelled" in err
+    state = json.loads((log.parent / "state.json").read_text())
+    assert state["state"] == "CANCELLED"
+    pid = int(state["job_id"])
+    ps = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-s", str(pid)], capture_output=True, text=True).stdout
+    alive = [line for line in ps.splitlines() if line.split()[1][0] != "Z"]  # zombies are dead, just unreaped
+    assert not alive, f"processes of the cancelled job are still running: {alive}"
+    table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
+    row = dict(zip(*(line.split(",") for line in table.stdout.splitlines()[:2])))
+    assert row["state"] == "CANCELLED" and row["failure_class"] == "cancelled" and float(row["Tokens/sec"]) > 0

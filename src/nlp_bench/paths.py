@@ -38,8 +38,3 @@ def slurm_dir() -> Path:
 
 def reference_dir() -> Path:
     return project_root() / "results" / "reference"
-
-
-def default_results_dir() -> Path:
-    """Run output goes under ./results unless NLP_BENCH_RESULTS says otherwise."""
-    return Path(os.environ.get("NLP_BENCH_RESULTS", "results"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -80,22 +81,52 @@ class LocalExecutor:
         return finish(point_dir, states.COMPLETED if code == 0 else states.FAILED, code)["state"]
 
     def cancel(self, point_dir: Path) -> None:
+        """SIGTERM to the whole job (torchrun passes it on to its ranks), SIGKILL to what outlives a grace
+        period. The job's process tree is taken first: ranks may sit in sessions of their own."""
         info = states.load(point_dir) or {}
         if info.get("state") in states.TERMINAL or "job_id" not in info:
             return
         pid = int(info["job_id"])
-        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
+        tree = _process_tree(pid)
+        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+            for target in tree:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(target, sig)
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _alive(pid, self._children.get(info["job_id"])):
+            while time.monotonic() < deadline:
+                child = self._children.get(info["job_id"])
+                if child is not None:
+                    child.poll()  # reap the job's shell so it does not linger as a zombie
+                tree = {p for p in tree | _process_tree(pid) if _alive(p)}
+                if not tree:
+                    break
                 time.sleep(0.1)
-            if not _alive(pid, self._children.get(info["job_id"])):
+            if not tree:
                 break
         self._children.pop(info["job_id"], None)
         finish(point_dir, states.CANCELLED, None)
+
+
+def _process_tree(root: int) -> set[int]:
+    """root and all its descendants, plus every process of its session (read from /proc)."""
+    parents: dict[int, int] = {}
+    sessions: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(stat.parent.name)
+        parents[pid], sessions[pid] = int(fields[1]), int(fields[3])
+    tree = {p for p, sid in sessions.items() if sid == root}
+    if root in parents:
+        tree.add(root)
+    grew = True
+    while grew:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return tree
 
 
 def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
