@@ -1,6 +1,7 @@
 """Single-process checks of the trainer's pieces (no process group needed)."""
 
 import math
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from nlp_bench.train.data import MockData
 from nlp_bench.train.grid import rank_of
 from nlp_bench.train.layers import vocab_parallel_cross_entropy
 from nlp_bench.train.model import apply_rope, rope_tables
+from nlp_bench.train.optimizer import LossScaler
 from nlp_bench.train.schedule import LRSchedule
 
 BASE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "16",
@@ -72,9 +74,10 @@ def test_rope_preserves_norm_and_relative_position():
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["--bf16"], "--bf16 is not implemented"),
-    (["--sequence-parallel"], "--sequence-parallel is not implemented"),
-    (["--pipeline-model-parallel-size", "2"], "pipeline parallelism"),
+    (["--data-path", "x"], "--data-path is not implemented"),
+    (["--num-layers-per-virtual-pipeline-stage", "1"], "--num-layers-per-virtual-pipeline-stage is not implemented"),
+    (["--bf16", "--fp16"], "exclude each other"),
+    (["--recompute-method", "uniform"], "go with --recompute-granularity full"),
     (["--train-samples", "10"], "exactly one of --train-iters and --train-samples"),
     (["--seq-length", "4096", "--max-position-embeddings", "2048"], "exceeds --max-position-embeddings"),
 ])
@@ -83,11 +86,48 @@ def test_refused_flags(extra, needle):
         parse_args(BASE + extra)
 
 
+def test_recompute_activations_means_selective():
+    assert parse_args(BASE + ["--recompute-activations"]).recompute_granularity == "selective"
+    full = parse_args(BASE + ["--recompute-granularity", "full"])
+    assert (full.recompute_method, full.recompute_num_layers) == ("uniform", 1)
+
+
+@pytest.mark.parametrize("extra,rule", [
+    (["--sequence-parallel"], "--sequence-parallel needs --tensor-model-parallel-size > 1"),
+    (["--pipeline-model-parallel-size", "2", "--num-layers", "3"], "--pipeline-model-parallel-size 2 must divide --num-layers 3"),
+    (["--global-batch-size", "3"], "--global-batch-size 3 must be a multiple of --micro-batch-size x dp = 2 x 2"),
+    (["--tensor-model-parallel-size", "3"], "tp x pp = 3 must divide the 2 ranks"),
+])
+def test_bad_layout_stops_before_any_process_group(extra, rule):
+    # WORLD_SIZE=2 with no second rank: if the trainer got as far as the rendezvous it would hang
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "1"}
+    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *BASE, "--distributed-backend", "gloo", *extra],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"nlp_bench.train: error: {rule}"
+
+
+def test_loss_scaler_follows_megatron():
+    s = LossScaler(scale=1024.0, window=3, hysteresis=2, min_scale=256.0)
+    s.update(True)
+    assert s.scale == 1024.0  # the first overflow only uses up hysteresis
+    s.update(True)
+    assert s.scale == 512.0
+    s.update(True)
+    assert s.scale == 256.0
+    s.update(True)
+    assert s.scale == 256.0  # never below the minimum
+    for _ in range(3):
+        s.update(False)
+    assert s.scale == 512.0  # doubled after a clean window
+
+
 def test_trainer_usage_error_is_one_line_exit_2():
     proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *BASE, "--distributed-backend", "gloo",
-                           "--use-distributed-optimizer"], capture_output=True, text=True)
+                           "--save", "ckpt"], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "nlp_bench.train: error: --use-distributed-optimizer is not implemented in this trainer yet"
+    assert proc.stderr.strip() == "nlp_bench.train: error: --save is not implemented in this trainer yet"
 
 
 def test_trainer_runs_as_one_process_without_torchrun():

@@ -11,10 +11,7 @@ import json
 from pathlib import Path
 
 #: Recognised but not yet implemented in this trainer (the trainer issue adds them).
-NOT_YET = (
-    "sequence_parallel", "use_distributed_optimizer", "recompute_activations", "bf16", "fp16",
-    "data_path", "save", "load", "swiglu", "untie_embeddings_and_output_weights",
-)
+NOT_YET = ("data_path", "save", "load", "num_layers_per_virtual_pipeline_stage", "tensorboard_dir")
 
 
 class UsageError(Exception):
@@ -44,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     # parallelism
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--pipeline-model-parallel-size", type=int, default=1)
+    a("--num-layers-per-virtual-pipeline-stage", type=int, default=None)
     a("--sequence-parallel", action="store_true")
     a("--use-distributed-optimizer", action="store_true")
     a("--distributed-backend", choices=("nccl", "gloo", "xla"), default="nccl")
@@ -76,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--min-loss-scale", type=float, default=1.0)
     a("--recompute-activations", action="store_true")
     a("--recompute-granularity", choices=("selective", "full"), default=None)
+    a("--recompute-method", choices=("uniform", "block"), default=None)
+    a("--recompute-num-layers", type=int, default=None)
     # data
     a("--mock-data", action="store_true")
     a("--data-path", nargs="*", default=None)
@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--load", default=None)
     a("--save-interval", type=int, default=None)
     a("--seed", type=int, default=1234)
+    # test hook: make every gradient of this iteration infinite (exercises fp16 overflow handling)
+    a("--inject-inf-grad-at-iteration", type=int, default=None, help=argparse.SUPPRESS)
     return p
 
 
@@ -100,14 +102,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in NOT_YET:
         if getattr(args, name):
             raise UsageError(f"--{name.replace('_', '-')} is not implemented in this trainer yet")
-    if args.pipeline_model_parallel_size != 1:
-        raise UsageError("pipeline parallelism (--pipeline-model-parallel-size > 1) is not implemented in this trainer yet")
-    if args.recompute_granularity is not None:
-        raise UsageError("--recompute-granularity is not implemented in this trainer yet")
     if args.distributed_backend == "xla":
         raise UsageError("--distributed-backend xla is not implemented in this trainer yet")
     if not args.mock_data:
         raise UsageError("only --mock-data is implemented so far; --data-path datasets are not")
+    if args.bf16 and args.fp16:
+        raise UsageError("--bf16 and --fp16 exclude each other")
+    if args.recompute_activations:  # Megatron: --recompute-activations means selective recompute
+        args.recompute_granularity = args.recompute_granularity or "selective"
+    if args.recompute_granularity == "full":
+        args.recompute_method = args.recompute_method or "uniform"
+        args.recompute_num_layers = args.recompute_num_layers or 1
+    elif args.recompute_method or args.recompute_num_layers:
+        raise UsageError("--recompute-method and --recompute-num-layers go with --recompute-granularity full")
     if args.ffn_hidden_size is None:
         args.ffn_hidden_size = 4 * args.hidden_size
     if args.max_position_embeddings is None:

@@ -100,3 +100,135 @@ def reduce_from_group(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch
 
 def gather_from_group(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
     return x if size(group) == 1 else _GatherFromGroup.apply(x, group)
+
+
+def _gather_first_dim(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    n = size(group)
+    if n == 1:
+        return x
+    parts = [torch.empty_like(x) for _ in range(n)]
+    dist.all_gather(parts, x.contiguous(), group=group)
+    return torch.cat(parts, dim=0)
+
+
+def _reduce_scatter_first_dim(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    n = size(group)
+    if n == 1:
+        return x
+    parts = [p.contiguous() for p in x.chunk(n, dim=0)]
+    out = torch.empty_like(parts[0])
+    dist.reduce_scatter(out, parts, group=group)
+    return out
+
+
+def _split_first_dim(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    n = size(group)
+    if n == 1:
+        return x
+    return x.chunk(n, dim=0)[dist.get_rank(group)].contiguous()
+
+
+class _GatherSequence(torch.autograd.Function):
+    """Forward: all-gather the sequence shards. Backward: reduce-scatter (entry of a column-parallel
+    region under sequence parallelism: every rank's partial gradient for every position is summed)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _gather_first_dim(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_scatter_first_dim(grad, ctx.group), None
+
+
+class _ReduceScatterSequence(torch.autograd.Function):
+    """Forward: reduce-scatter partial sums into sequence shards. Backward: all-gather (exit of a
+    row-parallel region under sequence parallelism)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _reduce_scatter_first_dim(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _gather_first_dim(grad, ctx.group), None
+
+
+class _ScatterSequence(torch.autograd.Function):
+    """Forward: keep this rank's sequence shard of a replicated tensor. Backward: all-gather."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _split_first_dim(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _gather_first_dim(grad, ctx.group), None
+
+
+def gather_sequence(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    return x if size(group) == 1 else _GatherSequence.apply(x, group)
+
+
+def reduce_scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    return x if size(group) == 1 else _ReduceScatterSequence.apply(x, group)
+
+
+def scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    return x if size(group) == 1 else _ScatterSequence.apply(x, group)
+
+
+def all_reduce_grads(tensors: list[torch.Tensor], group: dist.ProcessGroup | None) -> None:
+    """Sum gradients of replicated parameters over a group (sequence-parallel norms, tied embeddings)."""
+    if size(group) == 1 or not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat, group=group)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
+def reduce_scatter_flat(flat: torch.Tensor, shard: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+    """Sum a flat buffer over the group and keep this rank's contiguous shard (ZeRO-1 gradients)."""
+    if size(group) == 1:
+        shard.copy_(flat)
+        return
+    dist.reduce_scatter(shard, list(flat.chunk(size(group))), group=group)
+
+
+def all_gather_flat(shard: torch.Tensor, flat: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+    """Every rank's shard into the full flat buffer (ZeRO-1 parameters after the step)."""
+    if size(group) == 1:
+        flat.copy_(shard)
+        return
+    dist.all_gather(list(flat.chunk(size(group))), shard, group=group)
+
+
+def send_recv(send_next: torch.Tensor | None, send_prev: torch.Tensor | None, recv_next: torch.Tensor | None,
+              recv_prev: torch.Tensor | None, next_rank: int, prev_rank: int) -> None:
+    """Pipeline point-to-point: any of the four transfers at once, so neighbours never deadlock."""
+    ops = []
+    if send_prev is not None:
+        ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), prev_rank))
+    if recv_prev is not None:
+        ops.append(dist.P2POp(dist.irecv, recv_prev, prev_rank))
+    if send_next is not None:
+        ops.append(dist.P2POp(dist.isend, send_next.contiguous(), next_rank))
+    if recv_next is not None:
+        ops.append(dist.P2POp(dist.irecv, recv_next, next_rank))
+    if ops:
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+
+
+def any_true(flag: bool, group: dist.ProcessGroup | None = None) -> bool:
+    """True on every rank if it is true on any rank of the group (inf/NaN checks)."""
+    t = torch.tensor([1.0 if flag else 0.0])
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return bool(t.item())

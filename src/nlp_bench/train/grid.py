@@ -24,10 +24,24 @@ class Grid:
     tp_group: dist.ProcessGroup | None
     dp_group: dist.ProcessGroup | None
     pp_group: dist.ProcessGroup | None
+    #: first and last stage of this rank's pipeline (tied embeddings); None without pipelining
+    embedding_group: dist.ProcessGroup | None = None
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.pp_rank == 0
 
     @property
     def is_last_stage(self) -> bool:
         return self.pp_rank == self.pp - 1
+
+    @property
+    def next_rank(self) -> int:
+        return rank_of(self.tp_rank, self.dp_rank, (self.pp_rank + 1) % self.pp, self.tp, self.dp)
+
+    @property
+    def prev_rank(self) -> int:
+        return rank_of(self.tp_rank, self.dp_rank, (self.pp_rank - 1) % self.pp, self.tp, self.dp)
 
 
 def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, dp: int) -> int:
@@ -42,14 +56,18 @@ def build_grid(tp: int, pp: int) -> Grid:
     dp = world // (tp * pp)
     tp_rank, rest = rank % tp, rank // tp
     dp_rank, pp_rank = rest % dp, rest // dp
-    mine: dict[str, dist.ProcessGroup | None] = {}
-    for name, members in (
-        ("tp", [[rank_of(t, d, p, tp, dp) for t in range(tp)] for p in range(pp) for d in range(dp)]),
-        ("dp", [[rank_of(t, d, p, tp, dp) for d in range(dp)] for p in range(pp) for t in range(tp)]),
-        ("pp", [[rank_of(t, d, p, tp, dp) for p in range(pp)] for d in range(dp) for t in range(tp)]),
-    ):
+    families = {
+        "tp": [[rank_of(t, d, p, tp, dp) for t in range(tp)] for p in range(pp) for d in range(dp)],
+        "dp": [[rank_of(t, d, p, tp, dp) for d in range(dp)] for p in range(pp) for t in range(tp)],
+        "pp": [[rank_of(t, d, p, tp, dp) for p in range(pp)] for d in range(dp) for t in range(tp)],
+    }
+    if pp > 1:
+        families["embedding"] = [[ranks[0], ranks[-1]] for ranks in families["pp"]]
+    mine: dict[str, dist.ProcessGroup | None] = {"embedding": None}
+    for name, members in families.items():
         for ranks in members:
             group = dist.new_group(ranks)
             if rank in ranks:
                 mine[name] = group
-    return Grid(world, rank, tp, pp, dp, tp_rank, dp_rank, pp_rank, mine["tp"], mine["dp"], mine["pp"])
+    return Grid(world, rank, tp, pp, dp, tp_rank, dp_rank, pp_rank, mine["tp"], mine["dp"], mine["pp"],
+                mine["embedding"])

@@ -1,14 +1,16 @@
 """Tensor-parallel building blocks: column/row-parallel linears, the vocab-parallel embedding and
-the vocab-parallel cross-entropy.
+the vocab-parallel cross-entropy, with Megatron's sequence parallelism as an option.
 
-Each layer draws its full ("master") weight from the shared generator and keeps its own shard, so a
-model built with any tp from the same seed holds the same numbers; that is what lets a test compare
-tp 2 with tp 1 iteration by iteration.
+Every weight is drawn whole from a generator seeded by (seed, parameter name) and each rank keeps its
+shard. So a model built with any tp, pp or dp from the same seed holds the same numbers, which is what
+lets the tests compare every layout with the single-rank run iteration by iteration.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,66 +19,106 @@ from torch import nn
 from nlp_bench.train import collectives as C
 
 
-def _shard_rows(full: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
-    return full.chunk(tp, dim=0)[rank].clone()
+@dataclass(frozen=True)
+class TensorParallel:
+    size: int
+    rank: int
+    group: object
+    sequence_parallel: bool = False
 
 
-def _shard_cols(full: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
-    return full.chunk(tp, dim=1)[rank].clone()
+def master_normal(key: str, shape: tuple[int, ...], std: float, seed: int) -> torch.Tensor:
+    """The full (unsharded) weight called `key`, identical on every rank and for every layout."""
+    g = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(key.encode())) % (2**63))
+    return torch.empty(shape).normal_(0.0, std, generator=g)
 
 
-def _mark_sharded(*params: nn.Parameter) -> None:
+def mark(*params: nn.Parameter, tensor_parallel: bool = False, sequence_parallel: bool = False,
+         shared: bool = False) -> None:
+    """Tag parameters for the optimizer: sharded over tp (count in every rank's norm), replicated but fed
+    by a sequence shard (sum grads over tp), or a pipeline copy of a tied weight (count once)."""
     for p in params:
-        p.tensor_parallel = True
+        p.tensor_parallel = tensor_parallel
+        p.sequence_parallel = sequence_parallel
+        p.shared_copy = shared
 
 
 class ColumnParallelLinear(nn.Module):
-    """y = x W^T + b with W split by output rows; the output stays split across ranks."""
+    """y = x W^T + b with W split by output rows; the output stays split across ranks.
 
-    def __init__(self, in_features: int, out_features: int, std: float, tp: int, tp_rank: int, group) -> None:
+    With `parts` > 1 the output is several stacked matrices (SwiGLU's gate and up projection): each is
+    sharded on its own so every rank holds matching rows of all of them.
+    """
+
+    def __init__(self, in_features: int, out_features: int, std: float, key: str, seed: int,
+                 tp: TensorParallel, parts: int = 1) -> None:
         super().__init__()
-        self.group = group
-        full = torch.empty(out_features, in_features).normal_(0.0, std)
-        self.weight = nn.Parameter(_shard_rows(full, tp, tp_rank))
-        self.bias = nn.Parameter(torch.zeros(out_features // tp))
-        _mark_sharded(self.weight, self.bias)
+        self.tp = tp
+        shards = [master_normal(f"{key}.{i}" if parts > 1 else key, (out_features, in_features), std, seed)
+                  .chunk(tp.size, dim=0)[tp.rank] for i in range(parts)]
+        self.weight = nn.Parameter(torch.cat(shards).contiguous())
+        self.bias = nn.Parameter(torch.zeros(parts * out_features // tp.size))
+        mark(self.weight, self.bias, tensor_parallel=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(C.copy_to_group(x, self.group), self.weight, self.bias)
+        if self.tp.sequence_parallel:
+            x = C.gather_sequence(x, self.tp.group)
+        else:
+            x = C.copy_to_group(x, self.tp.group)
+        return F.linear(x, self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):
-    """y = x W^T + b with W split by input columns; partial sums are reduced across ranks."""
+    """y = x W^T + b with W split by input columns; partial sums are reduced (or reduce-scattered along
+    the sequence under sequence parallelism) across ranks."""
 
-    def __init__(self, in_features: int, out_features: int, std: float, tp: int, tp_rank: int, group) -> None:
+    def __init__(self, in_features: int, out_features: int, std: float, key: str, seed: int,
+                 tp: TensorParallel) -> None:
         super().__init__()
-        self.group = group
-        full = torch.empty(out_features, in_features).normal_(0.0, std)
-        self.weight = nn.Parameter(_shard_cols(full, tp, tp_rank))
+        self.tp = tp
+        full = master_normal(key, (out_features, in_features), std, seed)
+        self.weight = nn.Parameter(full.chunk(tp.size, dim=1)[tp.rank].contiguous())
         self.bias = nn.Parameter(torch.zeros(out_features))
-        _mark_sharded(self.weight)
+        mark(self.weight, tensor_parallel=True)
+        mark(self.bias, sequence_parallel=tp.sequence_parallel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return C.reduce_from_group(F.linear(x, self.weight), self.group) + self.bias
+        y = F.linear(x, self.weight)
+        if self.tp.sequence_parallel:
+            y = C.reduce_scatter_sequence(y, self.tp.group)
+        else:
+            y = C.reduce_from_group(y, self.tp.group)
+        return y + self.bias
 
 
 class VocabParallelEmbedding(nn.Module):
     """Token embedding with the (padded) vocabulary split into contiguous ranges, one per rank."""
 
-    def __init__(self, vocab_padded: int, hidden: int, std: float, tp: int, tp_rank: int, group) -> None:
+    def __init__(self, vocab_padded: int, hidden: int, std: float, key: str, seed: int, tp: TensorParallel,
+                 shared: bool = False) -> None:
         super().__init__()
-        self.group = group
-        per_rank = vocab_padded // tp
-        self.vocab_start, self.vocab_end = tp_rank * per_rank, (tp_rank + 1) * per_rank
-        full = torch.empty(vocab_padded, hidden).normal_(0.0, std)
-        self.weight = nn.Parameter(_shard_rows(full, tp, tp_rank))
-        _mark_sharded(self.weight)
+        self.tp = tp
+        per_rank = vocab_padded // tp.size
+        self.vocab_start, self.vocab_end = tp.rank * per_rank, (tp.rank + 1) * per_rank
+        full = master_normal(key, (vocab_padded, hidden), std, seed)
+        self.weight = nn.Parameter(full.chunk(tp.size, dim=0)[tp.rank].contiguous())
+        mark(self.weight, tensor_parallel=True, shared=shared)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
         local = (ids - self.vocab_start).masked_fill(outside, 0)
         out = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
-        return C.reduce_from_group(out, self.group)
+        if self.tp.sequence_parallel:
+            return C.reduce_scatter_sequence(out, self.tp.group)
+        return C.reduce_from_group(out, self.tp.group)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's vocabulary slice of the output logits (the tied or untied output layer)."""
+        if self.tp.sequence_parallel:
+            x = C.gather_sequence(x, self.tp.group)
+        else:
+            x = C.copy_to_group(x, self.tp.group)
+        return F.linear(x, self.weight)
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):

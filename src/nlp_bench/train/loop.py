@@ -1,4 +1,5 @@
-"""The training loop: set up the grid and model, run iterations, print Megatron's log line."""
+"""The training loop: check the layout, set up the grid, the model stage and the optimizer, run
+iterations with the schedule, print Megatron's log line."""
 
 from __future__ import annotations
 
@@ -14,20 +15,53 @@ import torch.distributed as dist
 
 from nlp_bench import flops
 from nlp_bench.spec.models import pad_vocab
-from nlp_bench.train import collectives
+from nlp_bench.train import collectives, schedules
 from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.data import MockData
 from nlp_bench.train.grid import Grid, build_grid
+from nlp_bench.train.layers import TensorParallel
 from nlp_bench.train.logline import iteration_line
-from nlp_bench.train.model import GPT, GPTConfig
+from nlp_bench.train.model import GPTConfig, GPTStage
+from nlp_bench.train.optimizer import FlatAdam, LossScaler
 from nlp_bench.train.rng import ParallelRNG
 from nlp_bench.train.schedule import from_args
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def check_layout(args: Namespace, world: int) -> int:
+    """Gradient-accumulation steps, or a UsageError naming the rule the layout breaks. Runs before any
+    process group exists, so a bad layout costs no rendezvous."""
+    tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
+    rules = [
+        (world % (tp * pp) == 0, f"tp x pp = {tp * pp} must divide the {world} ranks"),
+        (args.num_layers % pp == 0, f"--pipeline-model-parallel-size {pp} must divide --num-layers {args.num_layers}"),
+        (args.num_attention_heads % tp == 0,
+         f"--tensor-model-parallel-size {tp} must divide --num-attention-heads {args.num_attention_heads}"),
+        (args.ffn_hidden_size % tp == 0, f"--tensor-model-parallel-size {tp} must divide --ffn-hidden-size {args.ffn_hidden_size}"),
+        (args.hidden_size % args.num_attention_heads == 0,
+         f"--num-attention-heads {args.num_attention_heads} must divide --hidden-size {args.hidden_size}"),
+        (not args.sequence_parallel or tp > 1, "--sequence-parallel needs --tensor-model-parallel-size > 1"),
+        (not args.sequence_parallel or args.seq_length % tp == 0,
+         f"--sequence-parallel needs --tensor-model-parallel-size {tp} to divide --seq-length {args.seq_length}"),
+    ]
+    for ok, rule in rules:
+        if not ok:
+            raise UsageError(rule)
+    dp = world // (tp * pp)
+    if args.global_batch_size is None:
+        args.global_batch_size = args.micro_batch_size * dp
+    per_step = args.micro_batch_size * dp
+    if args.global_batch_size % per_step:
+        raise UsageError(f"--global-batch-size {args.global_batch_size} must be a multiple of "
+                         f"--micro-batch-size x dp = {args.micro_batch_size} x {dp}")
+    return args.global_batch_size // per_step
 
 
 def init_distributed(backend: str) -> torch.device:
@@ -46,124 +80,108 @@ def init_distributed(backend: str) -> torch.device:
     return device
 
 
-def check_layout(args: Namespace, grid: Grid) -> int:
-    """Gradient-accumulation steps for this layout, or a UsageError saying what does not divide."""
-    if args.num_attention_heads % grid.tp or args.ffn_hidden_size % grid.tp:
-        raise UsageError(f"--tensor-model-parallel-size {grid.tp} must divide the heads ({args.num_attention_heads}) "
-                         f"and the MLP width ({args.ffn_hidden_size})")
-    if args.hidden_size % args.num_attention_heads:
-        raise UsageError(f"--num-attention-heads {args.num_attention_heads} must divide --hidden-size {args.hidden_size}")
-    if args.global_batch_size is None:
-        args.global_batch_size = args.micro_batch_size * grid.dp
-    per_step = args.micro_batch_size * grid.dp
-    if args.global_batch_size % per_step:
-        raise UsageError(f"--global-batch-size {args.global_batch_size} is not a multiple of micro batch x dp = {per_step}")
-    return args.global_batch_size // per_step
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Megatron leaves biases and norm weights (all 1-D parameters) out of weight decay."""
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def grad_norm(model: torch.nn.Module, grid: Grid) -> float:
-    """The global L2 norm: sharded gradients count on every tp rank, replicated ones once."""
-    sq = torch.zeros((), dtype=torch.float64)
-    for p in model.parameters():
-        if p.grad is not None and (getattr(p, "tensor_parallel", False) or grid.tp_rank == 0):
-            sq += p.grad.detach().double().pow(2).sum().cpu()
-    collectives.all_reduce(sq, grid.tp_group)
-    return math.sqrt(sq.item())
-
-
-def clip_(model: torch.nn.Module, norm: float, max_norm: float) -> None:
-    if max_norm > 0 and norm > max_norm:
-        coeff = max_norm / (norm + 1e-6)
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(coeff)
-
-
 def say(grid: Grid, text: str) -> None:
     if grid.rank == 0:
         print(f"nlp-bench trainer: {text}", flush=True)
 
 
+def build_stage(args: Namespace, grid: Grid, device: torch.device, dtype: torch.dtype) -> GPTStage:
+    vocab_padded = pad_vocab(args.vocab_size, grid.tp, args.make_vocab_size_divisible_by)
+    cfg = GPTConfig(
+        args.num_layers, args.hidden_size, args.num_attention_heads, args.ffn_hidden_size, args.seq_length,
+        args.max_position_embeddings, vocab_padded, args.position_embedding_type, args.init_method_std,
+        args.hidden_dropout, args.attention_dropout, args.layernorm_epsilon, args.use_flash_attn, args.swiglu,
+        args.untie_embeddings_and_output_weights, args.recompute_granularity, args.recompute_method or "uniform",
+        args.recompute_num_layers or 1, args.seed,
+    )
+    tp = TensorParallel(grid.tp, grid.tp_rank, grid.tp_group, args.sequence_parallel)
+    rng = ParallelRNG(args.seed, grid.tp_rank, device)
+    per_stage = args.num_layers // grid.pp
+    stage = GPTStage(cfg, tp, rng, grid.pp_rank * per_stage, per_stage, grid.is_first_stage, grid.is_last_stage)
+    return stage.to(device=device, dtype=dtype)
+
+
 def train(args: Namespace) -> int:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    gas = check_layout(args, world)
     device = init_distributed(args.distributed_backend)
     grid = build_grid(args.tensor_model_parallel_size, args.pipeline_model_parallel_size)
-    gas = check_layout(args, grid)
-    gbs = args.global_batch_size
+    gbs, mbs = args.global_batch_size, args.micro_batch_size
+    precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    dtype = DTYPES[precision]
     torch.manual_seed(args.seed + 100 * grid.pp_rank)
-    rng = ParallelRNG(args.seed, grid.tp_rank, device)
-    vocab_padded = pad_vocab(args.vocab_size, grid.tp, args.make_vocab_size_divisible_by)
-    cfg = GPTConfig(args.num_layers, args.hidden_size, args.num_attention_heads, args.ffn_hidden_size, args.seq_length,
-                    args.max_position_embeddings, vocab_padded, args.position_embedding_type, args.init_method_std,
-                    args.hidden_dropout, args.attention_dropout, args.layernorm_epsilon, args.use_flash_attn)
-    model = GPT(cfg, grid, rng).to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=0.0,
-                                  betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps)
+    stage = build_stage(args, grid, device, dtype)
+    scaler = (LossScaler(args.initial_loss_scale, args.loss_scale_window, args.hysteresis, args.min_loss_scale)
+              if args.fp16 else None)
+    optimizer = FlatAdam(stage, grid, lr_betas_eps=(args.adam_beta1, args.adam_beta2, args.adam_eps),
+                         weight_decay=args.weight_decay, clip_grad=args.clip_grad,
+                         distributed=args.use_distributed_optimizer, scaler=scaler)
     schedule, iterations, in_samples = from_args(args, gbs)
     data = MockData(args.vocab_size, args.seq_length, args.seed)
-    shape = flops.Shape(gbs, args.seq_length, args.num_layers, args.hidden_size, vocab_padded, args.ffn_hidden_size)
+    shape = flops.Shape(gbs, args.seq_length, args.num_layers, args.hidden_size, stage.cfg.vocab_padded,
+                        args.ffn_hidden_size, swiglu=args.swiglu, recompute=args.recompute_granularity is not None)
     flops_per_iter = flops.jupiter_flops(shape)
-    local_params = sum(p.numel() for p in model.parameters())
+    seq_local = args.seq_length // grid.tp if args.sequence_parallel else args.seq_length
+    activation_shape = (seq_local, mbs, args.hidden_size)
 
     say(grid, f"torch {torch.__version__}, backend {args.distributed_backend}, device {device.type}, "
-              f"{torch.get_num_threads()} threads per rank")
-    say(grid, f"world {grid.world} = tp {grid.tp} x pp {grid.pp} x dp {grid.dp}; micro batch {args.micro_batch_size}, "
-              f"{gas} accumulation steps, global batch {gbs}, sequence {args.seq_length}")
+              f"{torch.get_num_threads()} threads per rank, {precision}")
+    say(grid, f"world {grid.world} = tp {grid.tp} x pp {grid.pp} x dp {grid.dp}; micro batch {mbs}, {gas} "
+              f"micro-batches per iteration, global batch {gbs}, sequence {args.seq_length}; sequence parallel "
+              f"{'on' if args.sequence_parallel else 'off'}, distributed optimizer "
+              f"{'on' if args.use_distributed_optimizer else 'off'}, recompute {args.recompute_granularity or 'none'}")
     say(grid, f"model {args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
-              f"ffn {args.ffn_hidden_size}, vocab {args.vocab_size} padded to {vocab_padded}, "
-              f"{local_params:,} parameters on rank 0, position embedding {args.position_embedding_type}")
+              f"ffn {args.ffn_hidden_size} ({'SwiGLU' if args.swiglu else 'GeLU'}), vocab {args.vocab_size} padded "
+              f"to {stage.cfg.vocab_padded}, {sum(p.numel() for p in stage.parameters()):,} parameters on rank 0, "
+              f"position embedding {args.position_embedding_type}")
     say(grid, f"TFLOPs in the log use the {flops.JUPITER} convention; training {iterations} iterations on mock data")
 
     step = 0
-    interval_loss, interval_iters, interval_nan = 0.0, 0, 0
+    interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
+    norm = 0.0
+    in_flight = 0
     t_start = t_interval = time.perf_counter()
-    model.train()
+    stage.train()
     for iteration in range(1, iterations + 1):
         lr = schedule.at(step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.zero_grad(set_to_none=True)
-        first = (iteration - 1) * gbs + grid.dp_rank * gas * args.micro_batch_size
-        loss_sum = 0.0
-        for micro in range(gas):
-            tokens, labels = data.batch(first + micro * args.micro_batch_size, args.micro_batch_size)
-            loss = model(tokens.to(device), labels.to(device))
-            (loss / gas).backward()
-            loss_sum += loss.item()
-        collectives.all_reduce_mean_flat([p.grad for p in model.parameters() if p.grad is not None], grid.dp_group)
-        norm = grad_norm(model, grid)
-        clip_(model, norm, args.clip_grad)
-        optimizer.step()
-        step += gbs if in_samples else 1
-        iter_loss = loss_sum / gas
-        if math.isfinite(iter_loss):
-            interval_loss += iter_loss
-        else:
-            interval_nan += 1
-        interval_iters += 1
+        optimizer.zero_grad()
+        first = (iteration - 1) * gbs + grid.dp_rank * gas * mbs
+        batches = [tuple(t.to(device) for t in data.batch(first + i * mbs, mbs)) for i in range(gas)]
+        stats = schedules.run(stage, grid, batches, optimizer.loss_scale, activation_shape, dtype, device)
+        in_flight = max(in_flight, stats.max_in_flight)
+        if args.inject_inf_grad_at_iteration == iteration:
+            optimizer.main_grad.fill_(float("inf"))
+        skipped, step_norm = optimizer.step(lr)
+        if not skipped:
+            step += gbs if in_samples else 1
+            norm = step_norm
+        interval["skipped"] += int(skipped)
+        interval["iters"] += 1
+        if grid.is_last_stage:
+            iter_loss = sum(stats.losses) / len(stats.losses)
+            if math.isfinite(iter_loss):
+                interval["loss"] += iter_loss
+                interval["counted"] += 1
+            else:
+                interval["nan"] += 1
 
         if iteration % args.log_interval == 0 or iteration == iterations:
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            now = time.perf_counter()
-            seconds = (now - t_interval) / interval_iters
-            stats = torch.tensor([interval_loss, float(interval_iters - interval_nan)], dtype=torch.float64)
-            collectives.all_reduce(stats, grid.dp_group)
-            mean_loss = stats[0].item() / max(stats[1].item(), 1.0)
+            seconds = (time.perf_counter() - t_interval) / interval["iters"]
+            totals = torch.tensor([interval["loss"], float(interval["counted"])], dtype=torch.float64)
+            collectives.all_reduce(totals, grid.dp_group)
             if grid.rank == grid.world - 1:
+                mean_loss = totals[0].item() / max(totals[1].item(), 1.0)
                 print(iteration_line(iteration=iteration, total=iterations, consumed=iteration * gbs, seconds=seconds,
-                                     lr=schedule.at(step), global_batch=gbs, loss=mean_loss, loss_scale=1.0,
-                                     grad_norm=norm, skipped=0, nan=interval_nan,
+                                     lr=schedule.at(step), global_batch=gbs, loss=mean_loss,
+                                     loss_scale=optimizer.loss_scale, grad_norm=norm, skipped=interval["skipped"],
+                                     nan=interval["nan"],
                                      tflops=flops.tflops_per_device(flops_per_iter, seconds, grid.world)), flush=True)
-            interval_loss, interval_iters, interval_nan = 0.0, 0, 0
+            interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
             t_interval = time.perf_counter()
-    say(grid, f"finished {iterations} iterations in {time.perf_counter() - t_start:.1f} s")
+    say(grid, f"finished {iterations} iterations in {time.perf_counter() - t_start:.1f} s; the first pipeline stage "
+              f"held at most {in_flight} micro-batches of activations at once")
     dist.barrier()
     dist.destroy_process_group()
     return 0

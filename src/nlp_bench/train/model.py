@@ -1,7 +1,8 @@
-"""The GPT model: pre-LayerNorm decoder blocks with tensor-parallel attention and MLP, tied embeddings.
+"""The GPT model, one pipeline stage at a time: pre-LayerNorm decoder blocks with tensor-parallel
+attention and MLP, embeddings on the first stage, the output layer and loss on the last.
 
-Activations are [sequence, batch, hidden] as in Megatron, so sequence-parallel regions can later split
-the leading dimension without a transpose.
+Activations are [sequence, batch, hidden] as in Megatron, so sequence parallelism splits the leading
+dimension. The blocks know nothing of pipelining; the schedule moves activations between stages.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from nlp_bench.train import collectives, layers
-from nlp_bench.train.grid import Grid
-from nlp_bench.train.rng import ParallelRNG
+from nlp_bench.train.layers import TensorParallel, mark
+from nlp_bench.train.rng import ParallelRNG, checkpoint
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class GPTConfig:
     attention_dropout: float = 0.1
     layernorm_epsilon: float = 1e-5
     use_flash_attn: bool = False
+    swiglu: bool = False
+    untie_embeddings: bool = False
+    recompute_granularity: str | None = None  # None | "selective" | "full"
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
+    seed: int = 1234
 
 
 def rope_tables(seq: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,32 +52,13 @@ def rope_tables(seq: int, head_dim: int, base: float = 10000.0) -> tuple[torch.T
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding on x [batch, heads, seq, head_dim] in the rotate-half convention."""
     first, second = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-second, first], dim=-1) * sin
+    return x * cos.to(x.dtype) + torch.cat([-second, first], dim=-1) * sin.to(x.dtype)
 
 
-class Attention(nn.Module):
-    def __init__(self, cfg: GPTConfig, grid: Grid, rng: ParallelRNG) -> None:
-        super().__init__()
-        self.cfg, self.rng = cfg, rng
-        self.heads = cfg.num_attention_heads // grid.tp
-        self.head_dim = cfg.hidden_size // cfg.num_attention_heads
-        h = cfg.hidden_size
-        self.qkv = layers.ColumnParallelLinear(h, 3 * h, cfg.init_method_std, grid.tp, grid.tp_rank, grid.tp_group)
-        self.proj = layers.RowParallelLinear(h, h, layers.scaled_std(cfg.init_method_std, cfg.num_layers),
-                                             grid.tp, grid.tp_rank, grid.tp_group)
-
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-        s, b, _ = x.shape
-        # rows of the qkv weight are ordered (head, q|k|v, head_dim): a tp shard holds whole heads
-        qkv = self.qkv(x).view(s, b, self.heads, 3, self.head_dim).permute(3, 1, 2, 0, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]  # [b, heads, s, head_dim]
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        p = self.cfg.attention_dropout if self.training else 0.0
-        with self.rng.fork(), _sdpa_backend(self.cfg.use_flash_attn, x.device):
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        out = out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
-        return self.proj(out)
+def _layer_norm(cfg: GPTConfig, tp: TensorParallel) -> nn.LayerNorm:
+    norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_epsilon)
+    mark(norm.weight, norm.bias, sequence_parallel=tp.sequence_parallel)
+    return norm
 
 
 def _sdpa_backend(flash: bool, device: torch.device):
@@ -82,66 +70,168 @@ def _sdpa_backend(flash: bool, device: torch.device):
     return contextlib.nullcontext()
 
 
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig, tp: TensorParallel, rng: ParallelRNG, index: int) -> None:
+        super().__init__()
+        self.cfg, self.rng = cfg, rng
+        self.heads = cfg.num_attention_heads // tp.size
+        self.head_dim = cfg.hidden_size // cfg.num_attention_heads
+        h = cfg.hidden_size
+        self.qkv = layers.ColumnParallelLinear(h, 3 * h, cfg.init_method_std, f"layers.{index}.qkv", cfg.seed, tp)
+        self.proj = layers.RowParallelLinear(h, h, layers.scaled_std(cfg.init_method_std, cfg.num_layers),
+                                             f"layers.{index}.proj", cfg.seed, tp)
+
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        p = self.cfg.attention_dropout if self.training else 0.0
+        with _sdpa_backend(self.cfg.use_flash_attn, q.device):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        qkv = self.qkv(x)
+        s, b, _ = qkv.shape  # full sequence: under sequence parallelism qkv() gathered it
+        # rows of the qkv weight are ordered (head, q|k|v, head_dim): a tp shard holds whole heads
+        qkv = qkv.view(s, b, self.heads, 3, self.head_dim).permute(3, 1, 2, 0, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]  # [b, heads, s, head_dim]
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        with self.rng.fork():  # a rank's own heads draw their own dropout masks
+            if self.cfg.recompute_granularity == "selective":
+                out = checkpoint(self._core, q, k, v, rng=self.rng)
+            else:
+                out = self._core(q, k, v)
+        out = out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
+        return self.proj(out)
+
+
 class MLP(nn.Module):
-    def __init__(self, cfg: GPTConfig, grid: Grid) -> None:
+    def __init__(self, cfg: GPTConfig, tp: TensorParallel, index: int) -> None:
         super().__init__()
         h, f = cfg.hidden_size, cfg.ffn_hidden_size
-        self.fc1 = layers.ColumnParallelLinear(h, f, cfg.init_method_std, grid.tp, grid.tp_rank, grid.tp_group)
+        self.swiglu = cfg.swiglu
+        self.fc1 = layers.ColumnParallelLinear(h, f, cfg.init_method_std, f"layers.{index}.fc1", cfg.seed, tp,
+                                               parts=2 if cfg.swiglu else 1)
         self.fc2 = layers.RowParallelLinear(f, h, layers.scaled_std(cfg.init_method_std, cfg.num_layers),
-                                            grid.tp, grid.tp_rank, grid.tp_group)
+                                            f"layers.{index}.fc2", cfg.seed, tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # tanh-approximated GeLU, as Megatron's fused bias-gelu computes it
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        y = self.fc1(x)
+        if self.swiglu:
+            gate, up = y.chunk(2, dim=-1)
+            y = F.silu(gate) * up
+        else:
+            y = F.gelu(y, approximate="tanh")  # as Megatron's fused bias-gelu computes it
+        return self.fc2(y)
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig, grid: Grid, rng: ParallelRNG) -> None:
+    def __init__(self, cfg: GPTConfig, tp: TensorParallel, rng: ParallelRNG, index: int) -> None:
         super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_epsilon)
-        self.attn = Attention(cfg, grid, rng)
-        self.ln2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_epsilon)
-        self.mlp = MLP(cfg, grid)
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.ln1 = _layer_norm(cfg, tp)
+        self.attn = Attention(cfg, tp, rng, index)
+        self.ln2 = _layer_norm(cfg, tp)
+        self.mlp = MLP(cfg, tp, index)
+        self.p = cfg.hidden_dropout
+        # under sequence parallelism each rank holds other tokens: dropout must differ between ranks
+        self.region = rng.fork if tp.sequence_parallel else contextlib.nullcontext
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        with self.region():
+            return F.dropout(x, self.p, training=True)
 
     def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
-        x = x + self.dropout(self.attn(self.ln1(x), rope))
-        return x + self.dropout(self.mlp(self.ln2(x)))
+        x = x + self._drop(self.attn(self.ln1(x), rope))
+        return x + self._drop(self.mlp(self.ln2(x)))
 
 
-class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig, grid: Grid, rng: ParallelRNG) -> None:
+class GPTStage(nn.Module):
+    """Layers [first_layer, first_layer + num_layers) of the model, plus the embedding (first stage)
+    and the output layer and loss (last stage)."""
+
+    def __init__(self, cfg: GPTConfig, tp: TensorParallel, rng: ParallelRNG, first_layer: int, num_layers: int,
+                 pre_process: bool, post_process: bool) -> None:
         super().__init__()
-        self.cfg, self.grid = cfg, grid
-        self.embedding = layers.VocabParallelEmbedding(cfg.vocab_padded, cfg.hidden_size, cfg.init_method_std,
-                                                       grid.tp, grid.tp_rank, grid.tp_group)
-        if cfg.position_embedding_type == "learned_absolute":
-            self.position = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
-            nn.init.normal_(self.position.weight, 0.0, cfg.init_method_std)
-            self.rope = None
-        else:
-            self.position = None
-            cos, sin = rope_tables(cfg.seq_length, cfg.hidden_size // cfg.num_attention_heads)
+        self.cfg, self.tp, self.rng = cfg, tp, rng
+        self.pre_process, self.post_process = pre_process, post_process
+        h, std = cfg.hidden_size, cfg.init_method_std
+        if pre_process:
+            self.embedding = layers.VocabParallelEmbedding(cfg.vocab_padded, h, std, "embedding.word", cfg.seed, tp)
+            if cfg.position_embedding_type == "learned_absolute":
+                self.position = nn.Parameter(layers.master_normal("embedding.position",
+                                                                  (cfg.max_position_embeddings, h), std, cfg.seed))
+                mark(self.position, sequence_parallel=tp.sequence_parallel)
+        if cfg.position_embedding_type == "rope":
+            cos, sin = rope_tables(cfg.seq_length, h // cfg.num_attention_heads)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
-        self.blocks = nn.ModuleList(Block(cfg, grid, rng) for _ in range(cfg.num_layers))
-        self.final_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_epsilon)
+        self.blocks = nn.ModuleList(Block(cfg, tp, rng, first_layer + i) for i in range(num_layers))
+        if post_process:
+            self.final_ln = _layer_norm(cfg, tp)
+            if cfg.untie_embeddings:
+                self.output = layers.VocabParallelEmbedding(cfg.vocab_padded, h, std, "output", cfg.seed, tp)
+            elif not pre_process:
+                # the last stage keeps its own copy of the word embedding; the two are kept equal by
+                # summing their gradients over the embedding group
+                self.output = layers.VocabParallelEmbedding(cfg.vocab_padded, h, std, "embedding.word", cfg.seed,
+                                                            tp, shared=True)
+            else:
+                self.output = self.embedding
 
-    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Mean next-token loss for tokens and labels of shape [batch, seq]."""
-        x = self.embedding(tokens.t())  # [s, b, h]
-        s = x.shape[0]
-        if self.position is not None:
-            x = x + self.position(torch.arange(s, device=x.device)).unsqueeze(1)
-            rope = None
-        else:
-            rope = (self.rope_cos[:s], self.rope_sin[:s])
-        x = self.dropout(x)
-        for block in self.blocks:
-            x = block(x, rope)
-        x = self.final_ln(x)
-        # tied output layer: logits for this rank's vocabulary range only
-        logits = F.linear(collectives.copy_to_group(x, self.grid.tp_group), self.embedding.weight)
-        loss = layers.vocab_parallel_cross_entropy(logits, labels.t(), self.embedding.vocab_start, self.grid.tp_group)
-        return loss.mean()
+    def tied_weights(self) -> list[nn.Parameter]:
+        """The word-embedding copies that live on the first and last stage of a pipeline."""
+        if self.cfg.untie_embeddings:
+            return []
+        if self.pre_process and not self.post_process:
+            return [self.embedding.weight]
+        if self.post_process and not self.pre_process:
+            return [self.output.weight]
+        return []
+
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(tokens.t())  # [s(/tp), b, h]
+        if self.cfg.position_embedding_type == "learned_absolute":
+            pos = self.position[: tokens.shape[1]].unsqueeze(1)
+            if self.tp.sequence_parallel:
+                pos = collectives.scatter_sequence(pos, self.tp.group)
+            x = x + pos
+        if self.training and self.cfg.hidden_dropout > 0:
+            region = self.rng.fork if self.tp.sequence_parallel else contextlib.nullcontext
+            with region():
+                x = F.dropout(x, self.cfg.hidden_dropout, training=True)
+        return x
+
+    def _run_blocks(self, x: torch.Tensor, rope) -> torch.Tensor:
+        if self.cfg.recompute_granularity != "full":
+            for block in self.blocks:
+                x = block(x, rope)
+            return x
+        n = self.cfg.recompute_num_layers
+        if self.cfg.recompute_method == "block":  # recompute the first n layers of the stage, keep the rest
+            for i, block in enumerate(self.blocks):
+                x = checkpoint(block, x, rope, rng=self.rng) if i < n else block(x, rope)
+            return x
+        for start in range(0, len(self.blocks), n):  # uniform: checkpoint every group of n layers
+            group = self.blocks[start:start + n]
+
+            def run(y, r=rope, group=group):
+                for block in group:
+                    y = block(y, r)
+                return y
+
+            x = checkpoint(run, x, rng=self.rng)
+        return x
+
+    def forward(self, inputs: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """First stage: token ids [batch, seq]; otherwise the previous stage's activations. Returns the
+        mean loss on the last stage, activations elsewhere."""
+        x = self._embed(inputs) if self.pre_process else inputs
+        rope = None
+        if self.cfg.position_embedding_type == "rope":
+            rope = (self.rope_cos, self.rope_sin)
+        x = self._run_blocks(x, rope)
+        if not self.post_process:
+            return x
+        logits = self.output.logits(self.final_ln(x))
+        loss = layers.vocab_parallel_cross_entropy(logits, labels.t(), self.output.vocab_start, self.tp.group)
+        return loss.float().mean()

@@ -43,3 +43,30 @@ class ParallelRNG:
         finally:
             self._state = self._get()
             self._set(saved)
+
+
+def checkpoint(fn, *args, rng: ParallelRNG):
+    """Activation recompute of fn(*args): keep only the inputs, run fn again in the backward pass.
+
+    torch restores the default generator for the recomputation; the tensor-parallel stream is restored
+    here too, so dropout inside fn draws the same masks both times.
+    """
+    from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+    saved: list[torch.Tensor] = []
+
+    @contextlib.contextmanager
+    def forward_ctx():
+        saved.append(rng._state.clone())
+        yield
+
+    @contextlib.contextmanager
+    def recompute_ctx():
+        current = rng._state
+        rng._state = saved[0].clone()
+        try:
+            yield
+        finally:
+            rng._state = current
+
+    return torch_checkpoint(fn, *args, use_reentrant=False, context_fn=lambda: (forward_ctx(), recompute_ctx()))

@@ -1,0 +1,159 @@
+"""Adam(W) over one flat buffer: fp32 gradient accumulation, fp32 master weights, fp16 loss scaling,
+and Megatron's distributed optimizer (ZeRO-1) as the same code with the flat buffer split over dp.
+
+Every parameter's gradient lands in a view of one fp32 buffer (a hook moves it there as soon as the
+backward pass has it). Data-parallel reduction is then one all-reduce of that buffer, or, with the
+distributed optimizer, one reduce-scatter: each dp rank updates its own contiguous shard of fp32
+master weights and Adam moments and the updated weights are all-gathered back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from nlp_bench.train import collectives
+from nlp_bench.train.grid import Grid
+
+
+@dataclass
+class LossScaler:
+    """Megatron's dynamic loss scale: halve after `hysteresis` overflows, double after `window` clean steps."""
+
+    scale: float
+    window: int
+    hysteresis: int
+    min_scale: float
+    _good: int = 0
+    _bad_left: int = 0
+
+    def __post_init__(self) -> None:
+        self._bad_left = self.hysteresis
+
+    def update(self, found_inf: bool) -> None:
+        if found_inf:
+            self._good = 0
+            self._bad_left -= 1
+            if self._bad_left <= 0:
+                self.scale = max(self.scale / 2.0, self.min_scale)
+        else:
+            self._good += 1
+            if self._good == self.window:
+                self._good = 0
+                self._bad_left = self.hysteresis
+                self.scale *= 2.0
+
+
+class FlatAdam:
+    def __init__(self, model: nn.Module, grid: Grid, *, lr_betas_eps: tuple[float, float, float], weight_decay: float,
+                 clip_grad: float, distributed: bool, scaler: LossScaler | None) -> None:
+        self.model, self.grid, self.scaler = model, grid, scaler
+        self.beta1, self.beta2, self.eps = lr_betas_eps
+        self.weight_decay, self.clip_grad = weight_decay, clip_grad
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        device = self.params[0].device
+        numel = sum(p.numel() for p in self.params)
+        self.shards = grid.dp if distributed else 1
+        padded = -(-numel // self.shards) * self.shards
+        self.main_grad = torch.zeros(padded, dtype=torch.float32, device=device)
+        master = torch.zeros(padded, dtype=torch.float32, device=device)
+        decay = torch.zeros(padded, dtype=torch.float32, device=device)
+        counted = torch.zeros(padded, dtype=torch.float32, device=device)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.main_grad = self.main_grad[offset:offset + n].view_as(p)
+            master[offset:offset + n] = p.detach().reshape(-1).float()
+            decay[offset:offset + n] = 1.0 if p.ndim >= 2 else 0.0  # no decay for biases and norms
+            # the global norm counts tp shards on every rank, replicated tensors and tied copies once
+            once = getattr(p, "tensor_parallel", False) or grid.tp_rank == 0
+            counted[offset:offset + n] = 1.0 if once and not getattr(p, "shared_copy", False) else 0.0
+            p.register_post_accumulate_grad_hook(_accumulate)
+            offset += n
+        self.shard_size = padded // self.shards
+        lo = (grid.dp_rank if distributed else 0) * self.shard_size
+        self.range = slice(lo, lo + self.shard_size)
+        self.master = master[self.range].clone()
+        self.decay, self.counted = decay[self.range].clone(), counted[self.range].clone()
+        self.exp_avg = torch.zeros_like(self.master)
+        self.exp_avg_sq = torch.zeros_like(self.master)
+        self.grad_shard = torch.zeros_like(self.master)
+        self.steps = 0
+        self.full = master if distributed else None  # reused as the all-gather target
+
+    @property
+    def loss_scale(self) -> float:
+        return self.scaler.scale if self.scaler else 1.0
+
+    def zero_grad(self) -> None:
+        self.main_grad.zero_()
+
+    def _reduce(self) -> None:
+        grid = self.grid
+        collectives.all_reduce_grads([p.main_grad for p in self.params if getattr(p, "sequence_parallel", False)],
+                                     grid.tp_group)
+        tied = self.model.tied_weights() if hasattr(self.model, "tied_weights") else []
+        collectives.all_reduce_grads([p.main_grad for p in tied], grid.embedding_group)
+        if self.shards > 1:
+            collectives.reduce_scatter_flat(self.main_grad, self.grad_shard, grid.dp_group)
+        else:
+            collectives.all_reduce(self.main_grad, grid.dp_group)
+            self.grad_shard.copy_(self.main_grad)
+        self.grad_shard.div_(grid.dp * self.loss_scale)
+
+    def _norm(self) -> float:
+        sq = (self.grad_shard.double().square() * self.counted.double()).sum()
+        if self.shards > 1:
+            collectives.all_reduce(sq, self.grid.dp_group)
+        collectives.all_reduce(sq, self.grid.tp_group)
+        collectives.all_reduce(sq, self.grid.pp_group)
+        return math.sqrt(sq.item())
+
+    def step(self, lr: float) -> tuple[bool, float]:
+        """Reduce, unscale, check, clip and update; returns (skipped, grad norm)."""
+        self._reduce()
+        found_inf = collectives.any_true(not bool(torch.isfinite(self.grad_shard).all()))
+        if self.scaler is not None:
+            self.scaler.update(found_inf)
+        if found_inf:
+            return True, float("nan")
+        norm = self._norm()
+        if self.clip_grad > 0 and norm > self.clip_grad:
+            self.grad_shard.mul_(self.clip_grad / (norm + 1e-6))
+        self.steps += 1
+        g, p = self.grad_shard, self.master
+        p.mul_(1.0 - lr * self.weight_decay * self.decay)
+        self.exp_avg.lerp_(g, 1.0 - self.beta1)
+        self.exp_avg_sq.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
+        bias1 = 1.0 - self.beta1 ** self.steps
+        bias2 = 1.0 - self.beta2 ** self.steps
+        denom = (self.exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(self.eps)
+        p.addcdiv_(self.exp_avg, denom, value=-lr / bias1)
+        self._write_back()
+        return False, norm
+
+    def _write_back(self) -> None:
+        if self.full is not None:
+            collectives.all_gather_flat(self.master, self.full, self.grid.dp_group)
+            source = self.full
+        else:
+            source = self.master
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                n = p.numel()
+                p.copy_(source[offset:offset + n].view_as(p))
+                offset += n
+
+    def state_dict(self) -> dict:
+        return {"master": self.master, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps,
+                "loss_scale": self.loss_scale}
+
+
+def _accumulate(p: torch.Tensor) -> None:
+    """Move a fresh gradient into the fp32 buffer (fp32 accumulation over micro-batches)."""
+    p.main_grad.add_(p.grad)
+    p.grad = None
