@@ -55,11 +55,13 @@ def test_older_megatron_in_milliseconds_and_current_with_timestamp():
 
 
 def test_trainer_line_round_trips_through_the_parser():
-    line = iteration_line(iteration=7, total=40, consumed=28, seconds=0.25, lr=1e-3, global_batch=4, loss=10.5,
+    line = iteration_line(iteration=7, total=40, consumed=28, seconds=0.25, lr=1e-3, global_batch=4, seq_length=8,
+                          loss=10.5,
                           loss_scale=1.0, grad_norm=1.25, skipped=0, nan=1, tflops=0.0123)
     rec = parsers.parse_line("[default1]:" + line)
     assert (rec.iteration, rec.total_iterations, rec.consumed_samples, rec.global_batch_size) == (7, 40, 28, 4)
     assert rec.iteration_time_s == 0.25 and rec.samples_per_s == 16.0 and rec.nan_iterations == 1
+    assert rec.tokens_per_s == 128.0
     assert rec.loss == pytest.approx(10.5) and rec.learning_rate == pytest.approx(1e-3)
 
 

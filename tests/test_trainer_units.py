@@ -138,3 +138,30 @@ def test_trainer_runs_as_one_process_without_torchrun():
 
     assert [r.iteration for r in parse_text(proc.stdout)] == [1, 2, 3]
     assert "world 1 = tp 1 x pp 1 x dp 1" in proc.stdout
+
+
+def test_fp32_gradients_accumulate_in_the_flat_buffer(tmp_path):
+    """The optimizer's speed rests on autograd adding into views of one buffer; check it really does."""
+    import torch.distributed as dist
+
+    from nlp_bench.train.grid import build_grid
+    from nlp_bench.train.optimizer import FlatAdam
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        grid = build_grid(1, 1)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        opt = FlatAdam(model, grid, lr_betas_eps=(0.9, 0.999, 1e-8), weight_decay=0.0, clip_grad=0.0,
+                       distributed=False, scaler=None)
+        buffer = (opt.main_grad.data_ptr(), opt.main_grad.data_ptr() + opt.main_grad.numel() * 4)
+        for _ in range(2):  # two micro-batches accumulate
+            model(torch.randn(5, 4)).square().sum().backward()
+        for p in model.parameters():
+            assert buffer[0] <= p.grad.data_ptr() < buffer[1]
+            assert buffer[0] <= p.main_grad.data_ptr() < buffer[1]
+        before = [p.detach().clone() for p in model.parameters()]
+        skipped, norm = opt.step(1e-2)
+        assert not skipped and norm > 0
+        assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    finally:
+        dist.destroy_process_group()

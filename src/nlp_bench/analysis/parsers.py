@@ -33,6 +33,7 @@ class Record:
     skipped_iterations: int | None = None
     nan_iterations: int | None = None
     samples_per_s: float | None = None
+    tokens_per_s: float | None = None
     tflops_per_gpu: float | None = None
 
     def to_dict(self) -> dict:
@@ -49,6 +50,7 @@ _KEYS = {
     "number of skipped iterations": ("skipped_iterations", int),
     "number of nan iterations": ("nan_iterations", int),
     "samples per second": ("samples_per_s", float),
+    "tokens per second": ("tokens_per_s", float),
     "TFLOPs": ("tflops_per_gpu", float),
     "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", float),
 }

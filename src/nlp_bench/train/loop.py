@@ -174,7 +174,7 @@ def train(args: Namespace) -> int:
             if grid.rank == grid.world - 1:
                 mean_loss = totals[0].item() / max(totals[1].item(), 1.0)
                 print(iteration_line(iteration=iteration, total=iterations, consumed=iteration * gbs, seconds=seconds,
-                                     lr=schedule.at(step), global_batch=gbs, loss=mean_loss,
+                                     lr=schedule.at(step), global_batch=gbs, seq_length=args.seq_length, loss=mean_loss,
                                      loss_scale=optimizer.loss_scale, grad_norm=norm, skipped=interval["skipped"],
                                      nan=interval["nan"],
                                      tflops=flops.tflops_per_device(flops_per_iter, seconds, grid.world)), flush=True)

@@ -48,41 +48,59 @@ class LossScaler:
 
 
 class FlatAdam:
+    """In fp32 the parameters and their gradients are themselves views of the flat buffers, so autograd
+    accumulates in place and an update needs no copy; in bf16/fp16 the fp32 master copy is separate and
+    a hook moves each half-precision gradient into the fp32 buffer as soon as it exists."""
+
     def __init__(self, model: nn.Module, grid: Grid, *, lr_betas_eps: tuple[float, float, float], weight_decay: float,
                  clip_grad: float, distributed: bool, scaler: LossScaler | None) -> None:
         self.model, self.grid, self.scaler = model, grid, scaler
         self.beta1, self.beta2, self.eps = lr_betas_eps
         self.weight_decay, self.clip_grad = weight_decay, clip_grad
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in model.parameters() if p.requires_grad]
+        # weight-decayed matrices first, then biases and norms: each is one contiguous region of the buffer
+        self.params = [p for p in params if p.ndim >= 2] + [p for p in params if p.ndim < 2]
+        boundary = sum(p.numel() for p in self.params if p.ndim >= 2)
         device = self.params[0].device
         numel = sum(p.numel() for p in self.params)
         self.shards = grid.dp if distributed else 1
         padded = -(-numel // self.shards) * self.shards
+        self.fp32 = all(p.dtype == torch.float32 for p in self.params)
         self.main_grad = torch.zeros(padded, dtype=torch.float32, device=device)
-        master = torch.zeros(padded, dtype=torch.float32, device=device)
-        decay = torch.zeros(padded, dtype=torch.float32, device=device)
+        flat = torch.zeros(padded, dtype=torch.float32, device=device)
         counted = torch.zeros(padded, dtype=torch.float32, device=device)
         offset = 0
         for p in self.params:
             n = p.numel()
+            flat[offset:offset + n] = p.detach().reshape(-1).float()
             p.main_grad = self.main_grad[offset:offset + n].view_as(p)
-            master[offset:offset + n] = p.detach().reshape(-1).float()
-            decay[offset:offset + n] = 1.0 if p.ndim >= 2 else 0.0  # no decay for biases and norms
+            if self.fp32:
+                p.data = flat[offset:offset + n].view_as(p)
+                p.grad = p.main_grad  # autograd adds into the buffer in place
+            else:
+                p.register_post_accumulate_grad_hook(_accumulate)
             # the global norm counts tp shards on every rank, replicated tensors and tied copies once
             once = getattr(p, "tensor_parallel", False) or grid.tp_rank == 0
             counted[offset:offset + n] = 1.0 if once and not getattr(p, "shared_copy", False) else 0.0
-            p.register_post_accumulate_grad_hook(_accumulate)
             offset += n
         self.shard_size = padded // self.shards
         lo = (grid.dp_rank if distributed else 0) * self.shard_size
         self.range = slice(lo, lo + self.shard_size)
-        self.master = master[self.range].clone()
-        self.decay, self.counted = decay[self.range].clone(), counted[self.range].clone()
-        self.exp_avg = torch.zeros_like(self.master)
-        self.exp_avg_sq = torch.zeros_like(self.master)
-        self.grad_shard = torch.zeros_like(self.master)
-        self.steps = 0
-        self.full = master if distributed else None  # reused as the all-gather target
+        # fp32: the master shard is the parameters' own memory; bf16/fp16: a shard of the fp32 copy
+        self.flat = flat
+        self.master = flat[self.range]
+        counted = counted[self.range]
+        self.counted = None if bool(counted.all()) else counted.bool()
+        self.grad_shard = self.main_grad if self.shards == 1 else torch.zeros_like(self.master)
+        # torch's fused AdamW runs on views of the master shard, one group with weight decay, one without
+        groups = []
+        for a, b, wd in ((lo, min(lo + self.shard_size, boundary), weight_decay),
+                         (max(lo, boundary), lo + self.shard_size, 0.0)):
+            if b > a:
+                view = nn.Parameter(self.master[a - lo:b - lo], requires_grad=False)
+                view.grad = self.grad_shard[a - lo:b - lo]
+                groups.append({"params": [view], "weight_decay": wd})
+        self.adam = torch.optim.AdamW(groups, lr=0.0, betas=(self.beta1, self.beta2), eps=self.eps, fused=True)
 
     @property
     def loss_scale(self) -> float:
@@ -101,11 +119,11 @@ class FlatAdam:
             collectives.reduce_scatter_flat(self.main_grad, self.grad_shard, grid.dp_group)
         else:
             collectives.all_reduce(self.main_grad, grid.dp_group)
-            self.grad_shard.copy_(self.main_grad)
         self.grad_shard.div_(grid.dp * self.loss_scale)
 
     def _norm(self) -> float:
-        sq = (self.grad_shard.double().square() * self.counted.double()).sum()
+        g = self.grad_shard if self.counted is None else self.grad_shard[self.counted]
+        sq = torch.linalg.vector_norm(g).double().square().reshape(1)
         if self.shards > 1:
             collectives.all_reduce(sq, self.grid.dp_group)
         collectives.all_reduce(sq, self.grid.tp_group)
@@ -123,34 +141,24 @@ class FlatAdam:
         norm = self._norm()
         if self.clip_grad > 0 and norm > self.clip_grad:
             self.grad_shard.mul_(self.clip_grad / (norm + 1e-6))
-        self.steps += 1
-        g, p = self.grad_shard, self.master
-        p.mul_(1.0 - lr * self.weight_decay * self.decay)
-        self.exp_avg.lerp_(g, 1.0 - self.beta1)
-        self.exp_avg_sq.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
-        bias1 = 1.0 - self.beta1 ** self.steps
-        bias2 = 1.0 - self.beta2 ** self.steps
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(self.eps)
-        p.addcdiv_(self.exp_avg, denom, value=-lr / bias1)
+        for group in self.adam.param_groups:
+            group["lr"] = lr
+        self.adam.step()
         self._write_back()
         return False, norm
 
     def _write_back(self) -> None:
-        if self.full is not None:
-            collectives.all_gather_flat(self.master, self.full, self.grid.dp_group)
-            source = self.full
-        else:
-            source = self.master
+        if self.shards > 1:
+            collectives.all_gather_flat(self.master.clone(), self.flat, self.grid.dp_group)
+        if self.fp32:
+            return  # the parameters are views of self.flat
         offset = 0
         with torch.no_grad():
             for p in self.params:
                 n = p.numel()
-                p.copy_(source[offset:offset + n].view_as(p))
+                p.copy_(self.flat[offset:offset + n].view_as(p))
                 offset += n
 
-    def state_dict(self) -> dict:
-        return {"master": self.master, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps,
-                "loss_scale": self.loss_scale}
 
 
 def _accumulate(p: torch.Tensor) -> None:
