@@ -9,14 +9,15 @@ PKG = Path(__file__).resolve().parent.parent / "src" / "nlp_bench"
 
 # package -> subpackages of nlp_bench it must never import
 FORBIDDEN = {
-    "spec": {"sweep", "launch", "train", "analysis", "report", "cli", "runner"},
+    "spec": {"sweep", "launch", "train", "analysis", "report", "cli", "runner", "data"},
+    "data": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "runner"},
     "sweep": {"launch", "train", "analysis", "report", "cli", "runner"},
     "launch": {"train", "analysis", "report", "cli", "runner"},
     "train": {"sweep", "launch", "analysis", "report", "cli", "runner"},
     "analysis": {"launch", "train", "report", "cli", "runner"},
     "report": {"launch", "train", "cli", "runner"},
 }
-TORCH_FREE = ("spec", "sweep", "launch", "analysis", "report")
+TORCH_FREE = ("spec", "sweep", "launch", "analysis", "report", "data")
 
 
 def imports(path: Path) -> set[str]:

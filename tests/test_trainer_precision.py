@@ -5,7 +5,10 @@ import sys
 
 import pytest
 
+from conftest import ROOT
 from nlp_bench.analysis.parsers import parse_text
+
+DATA = ROOT / "benchmark" / "data"
 
 pytestmark = pytest.mark.slow
 
@@ -22,11 +25,40 @@ def run(*flags: str):
     return proc.stdout, parse_text(proc.stdout)
 
 
-def test_bf16_lowers_the_loss_over_50_iterations():
-    out, records = run("--bf16", "--train-iters", "50", "--log-interval", "10")
-    assert "bf16" in out
+@pytest.fixture(scope="module")
+def sample_corpus(tmp_path_factory):
+    """The shipped sample corpus, tokenized with GPT-2 BPE into an indexed dataset."""
+    from nlp_bench.data.preprocess import preprocess
+
+    prefix, _, _ = preprocess(DATA / "sample.jsonl", tmp_path_factory.mktemp("corpus") / "sample",
+                              DATA / "gpt2-vocab.json", DATA / "gpt2-merges.txt", append_eod=True)
+    return prefix
+
+
+def test_bf16_lowers_the_loss_on_the_sample_corpus_over_50_iterations(sample_corpus):
+    flags = [f for f in MODEL if f not in ("--mock-data", "--vocab-size", "256")]
+    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *flags, "--bf16", "--train-iters", "50",
+                           "--log-interval", "10", "--data-path", str(sample_corpus), "--split", "7,3,1",
+                           "--vocab-file", str(DATA / "gpt2-vocab.json"), "--merge-file", str(DATA / "gpt2-merges.txt")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bf16" in proc.stdout and str(sample_corpus) in proc.stdout
+    records = parse_text(proc.stdout)
     first, last = records[0].loss, records[-1].loss
-    assert last < 0.8 * first, (first, last)
+    assert last < 0.6 * first, (first, last)
+
+
+def test_corrupt_dataset_stops_the_trainer_with_one_line(sample_corpus, tmp_path):
+    import shutil
+
+    for ext in (".bin", ".idx"):
+        shutil.copy(f"{sample_corpus}{ext}", tmp_path / f"d{ext}")
+    (tmp_path / "d.idx").write_bytes(b"garbage!!" + (tmp_path / "d.idx").read_bytes()[9:])
+    flags = [f for f in MODEL if f not in ("--mock-data",)]
+    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *flags, "--train-iters", "5",
+                           "--data-path", str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("nlp_bench.train: error: ") and "not a Megatron indexed dataset" in proc.stderr
 
 
 def test_fp16_overflow_is_skipped_and_lowers_the_scale():

@@ -74,7 +74,8 @@ def test_rope_preserves_norm_and_relative_position():
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["--data-path", "x"], "--data-path is not implemented"),
+    (["--data-path", "x"], "give either --mock-data or --data-path PREFIX"),
+    (["--save", "x"], "--save is not implemented"),
     (["--num-layers-per-virtual-pipeline-stage", "1"], "--num-layers-per-virtual-pipeline-stage is not implemented"),
     (["--bf16", "--fp16"], "exclude each other"),
     (["--recompute-method", "uniform"], "go with --recompute-granularity full"),
@@ -97,6 +98,7 @@ def test_recompute_activations_means_selective():
     (["--pipeline-model-parallel-size", "2", "--num-layers", "3"], "--pipeline-model-parallel-size 2 must divide --num-layers 3"),
     (["--global-batch-size", "3"], "--global-batch-size 3 must be a multiple of --micro-batch-size x dp = 2 x 2"),
     (["--tensor-model-parallel-size", "3"], "tp x pp = 3 must divide the 2 ranks"),
+    (["--lr-warmup-iters", "3"], "learning-rate schedule: lr decay length 3 must exceed the warm-up 3 (see --lr-warmup-*, --lr-decay-*, --train-*)"),
 ])
 def test_bad_layout_stops_before_any_process_group(extra, rule):
     # WORLD_SIZE=2 with no second rank: if the trainer got as far as the rendezvous it would hang

@@ -108,6 +108,34 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
     click.echo(f"wrote {output} ({fmt}, run {run_.id})")
 
 
+@cli.group()
+def data() -> None:
+    """Training data: Megatron indexed datasets."""
+
+
+@data.command("preprocess")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="jsonl file, one document per line.")
+@click.option("--output-prefix", type=click.Path(path_type=Path), required=True,
+              help="Writes PREFIX_text_document.bin and .idx.")
+@click.option("--vocab-file", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--merge-file", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--json-key", default="text", show_default=True)
+@click.option("--append-eod", is_flag=True, help="End every document with <|endoftext|>.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+def data_preprocess(input_path, output_prefix, vocab_file, merge_file, json_key, append_eod, workers) -> None:
+    """Tokenize a jsonl corpus with GPT-2 BPE into a Megatron indexed dataset."""
+    from rich.progress import Progress
+
+    from nlp_bench.data.preprocess import preprocess
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("tokenizing", total=None)
+        prefix, docs, tokens = preprocess(input_path, output_prefix, vocab_file, merge_file, append_eod, workers,
+                                          json_key, progress=lambda n: bar.advance(task, n))
+    click.echo(f"wrote {prefix}.bin and {prefix}.idx: {docs} documents, {tokens} tokens")
+
+
 def main() -> None:
     cli.main(prog_name="bench")
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 #: Recognised but not yet implemented in this trainer (the trainer issue adds them).
-NOT_YET = ("data_path", "save", "load", "num_layers_per_virtual_pipeline_stage", "tensorboard_dir")
+NOT_YET = ("save", "load", "num_layers_per_virtual_pipeline_stage", "tensorboard_dir")
 
 
 class UsageError(Exception):
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--vocab-size", type=int, default=None, help="vocabulary size for --mock-data without a vocab file")
     a("--vocab-file", default=None)
     a("--merge-file", default=None)
-    a("--tokenizer-type", default="GPT2BPETokenizer")
+    a("--tokenizer-type", choices=("GPT2BPETokenizer", "NullTokenizer"), default="GPT2BPETokenizer")
     # logging, checkpoints, reproducibility
     a("--log-interval", type=int, default=100)
     a("--tensorboard-dir", default=None)
@@ -104,8 +104,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             raise UsageError(f"--{name.replace('_', '-')} is not implemented in this trainer yet")
     if args.distributed_backend == "xla":
         raise UsageError("--distributed-backend xla is not implemented in this trainer yet")
-    if not args.mock_data:
-        raise UsageError("only --mock-data is implemented so far; --data-path datasets are not")
+    if args.mock_data == bool(args.data_path):
+        raise UsageError("give either --mock-data or --data-path PREFIX")
+    if args.data_path and len(args.data_path) != 1:
+        raise UsageError("--data-path takes one dataset prefix (weighted blends are not implemented)")
     if args.bf16 and args.fp16:
         raise UsageError("--bf16 and --fp16 exclude each other")
     if args.recompute_activations:  # Megatron: --recompute-activations means selective recompute
@@ -123,10 +125,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UsageError(f"--seq-length {args.seq_length} exceeds --max-position-embeddings {args.max_position_embeddings}")
     if (args.train_iters is None) == (args.train_samples is None):
         raise UsageError("give exactly one of --train-iters and --train-samples")
-    if args.vocab_size is None:
-        if not args.vocab_file:
-            raise UsageError("--mock-data needs --vocab-size or --vocab-file")
-        args.vocab_size = len(json.loads(Path(args.vocab_file).read_text()))
+    if args.tokenizer_type == "GPT2BPETokenizer" and args.vocab_file:
+        path = Path(args.vocab_file)
+        if not path.is_file():
+            raise UsageError(f"--vocab-file {path} not found")
+        args.vocab_size = len(json.loads(path.read_text()))
+    elif args.vocab_size is None:
+        raise UsageError("give --vocab-file (GPT2BPETokenizer) or --vocab-size (NullTokenizer, mock data)")
     for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size",
                  "tensor_model_parallel_size", "log_interval", "vocab_size"):
         if getattr(args, name) < 1:

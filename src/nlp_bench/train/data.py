@@ -24,3 +24,17 @@ class MockData:
         """Tokens and labels [size, seq] for samples first .. first+size-1."""
         seqs = torch.stack([self.sample(first + i) for i in range(size)])
         return seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()
+
+
+class IndexedData:
+    """Samples of a Megatron indexed dataset's train split, addressed by global sample index like MockData."""
+
+    def __init__(self, prefix: str, split: str, seq_length: int, num_samples: int, seed: int) -> None:
+        from nlp_bench.data.gpt_dataset import GPTDataset
+        from nlp_bench.data.indexed import IndexedDataset
+
+        self.dataset = GPTDataset(IndexedDataset(prefix), split, "train", seq_length, num_samples, seed)
+
+    def batch(self, first: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        seqs = torch.stack([torch.from_numpy(self.dataset[first + i]) for i in range(size)])
+        return seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()

@@ -14,10 +14,11 @@ import torch
 import torch.distributed as dist
 
 from nlp_bench import flops
+from nlp_bench.errors import BenchError
 from nlp_bench.spec.models import pad_vocab
 from nlp_bench.train import collectives, schedules
 from nlp_bench.train.args import UsageError, parse_args
-from nlp_bench.train.data import MockData
+from nlp_bench.train.data import IndexedData, MockData
 from nlp_bench.train.grid import Grid, build_grid
 from nlp_bench.train.layers import TensorParallel
 from nlp_bench.train.logline import iteration_line
@@ -104,6 +105,13 @@ def build_stage(args: Namespace, grid: Grid, device: torch.device, dtype: torch.
 def train(args: Namespace) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     gas = check_layout(args, world)
+    schedule, iterations, in_samples = from_args(args, args.global_batch_size)
+    try:  # a missing or corrupt dataset is found before any process group starts
+        data = (MockData(args.vocab_size, args.seq_length, args.seed) if args.mock_data else
+                IndexedData(args.data_path[0], args.split, args.seq_length, iterations * args.global_batch_size,
+                            args.seed))
+    except BenchError as exc:
+        raise UsageError(str(exc)) from None
     device = init_distributed(args.distributed_backend)
     grid = build_grid(args.tensor_model_parallel_size, args.pipeline_model_parallel_size)
     gbs, mbs = args.global_batch_size, args.micro_batch_size
@@ -116,8 +124,6 @@ def train(args: Namespace) -> int:
     optimizer = FlatAdam(stage, grid, lr_betas_eps=(args.adam_beta1, args.adam_beta2, args.adam_eps),
                          weight_decay=args.weight_decay, clip_grad=args.clip_grad,
                          distributed=args.use_distributed_optimizer, scaler=scaler)
-    schedule, iterations, in_samples = from_args(args, gbs)
-    data = MockData(args.vocab_size, args.seq_length, args.seed)
     shape = flops.Shape(gbs, args.seq_length, args.num_layers, args.hidden_size, stage.cfg.vocab_padded,
                         args.ffn_hidden_size, swiglu=args.swiglu, recompute=args.recompute_granularity is not None)
     flops_per_iter = flops.jupiter_flops(shape)
@@ -134,7 +140,8 @@ def train(args: Namespace) -> int:
               f"ffn {args.ffn_hidden_size} ({'SwiGLU' if args.swiglu else 'GeLU'}), vocab {args.vocab_size} padded "
               f"to {stage.cfg.vocab_padded}, {sum(p.numel() for p in stage.parameters()):,} parameters on rank 0, "
               f"position embedding {args.position_embedding_type}")
-    say(grid, f"TFLOPs in the log use the {flops.JUPITER} convention; training {iterations} iterations on mock data")
+    say(grid, f"TFLOPs in the log use the {flops.JUPITER} convention; training {iterations} iterations on "
+              f"{'mock data' if args.mock_data else args.data_path[0]}")
 
     step = 0
     interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from argparse import Namespace
 
+from nlp_bench.train.args import UsageError
+
 
 class LRSchedule:
     def __init__(self, max_lr: float, min_lr: float, warmup: int, decay: int, style: str) -> None:
@@ -28,6 +30,13 @@ class LRSchedule:
 
 def from_args(args: Namespace, global_batch: int) -> tuple[LRSchedule, int, bool]:
     """The schedule, the number of iterations to train, and whether steps count samples."""
+    try:
+        return _from_args(args, global_batch)
+    except ValueError as exc:
+        raise UsageError(f"learning-rate schedule: {exc} (see --lr-warmup-*, --lr-decay-*, --train-*)") from None
+
+
+def _from_args(args: Namespace, global_batch: int) -> tuple[LRSchedule, int, bool]:
     if args.train_samples is not None:
         iters = args.train_samples // global_batch
         decay = args.lr_decay_samples or args.train_samples
