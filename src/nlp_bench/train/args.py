@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 #: Recognised but not yet implemented in this trainer (the trainer issue adds them).
-NOT_YET = ("save", "load", "num_layers_per_virtual_pipeline_stage", "tensorboard_dir")
+NOT_YET = ("num_layers_per_virtual_pipeline_stage", "tensorboard_dir")
 
 
 class UsageError(Exception):
@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--save", default=None)
     a("--load", default=None)
     a("--save-interval", type=int, default=None)
+    a("--exit-interval", type=int, default=None, help="stop (saving first, with --save) after this iteration")
+    a("--exit-duration-in-mins", type=float, default=None, help="stop (saving first) after this much training")
+    a("--exit-signal-handler", action="store_true",
+      help="on SIGTERM or SIGUSR2 (the JUPITER jobs' signal 12), save if --save is given, log and exit cleanly")
     a("--seed", type=int, default=1234)
     # test hook: make every gradient of this iteration infinite (exercises fp16 overflow handling)
     a("--inject-inf-grad-at-iteration", type=int, default=None, help=argparse.SUPPRESS)
@@ -108,6 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UsageError("give either --mock-data or --data-path PREFIX")
     if args.data_path and len(args.data_path) != 1:
         raise UsageError("--data-path takes one dataset prefix (weighted blends are not implemented)")
+    if args.save_interval is not None and not args.save:
+        raise UsageError("--save-interval needs --save DIR")
     if args.bf16 and args.fp16:
         raise UsageError("--bf16 and --fp16 exclude each other")
     if args.recompute_activations:  # Megatron: --recompute-activations means selective recompute

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
 import sys
 import time
@@ -16,7 +17,7 @@ import torch.distributed as dist
 from nlp_bench import flops
 from nlp_bench.errors import BenchError
 from nlp_bench.spec.models import pad_vocab
-from nlp_bench.train import collectives, schedules
+from nlp_bench.train import checkpoint, collectives, schedules
 from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.data import IndexedData, MockData
 from nlp_bench.train.grid import Grid, build_grid
@@ -81,12 +82,40 @@ def init_distributed(backend: str) -> torch.device:
     return device
 
 
+class SignalFlag:
+    """Notes a termination signal instead of dying on it, so the loop can finish the iteration and save."""
+
+    def __init__(self, signums: list[int]) -> None:
+        self.received: int | None = None
+        for signum in signums:
+            signal.signal(signum, self._note)
+
+    def _note(self, signum, _frame) -> None:
+        self.received = signum
+
+
+def exit_reason(args: Namespace, iteration: int, t_start: float, signals: SignalFlag | None) -> str | None:
+    """Why training stops after this iteration, agreed by all ranks (any rank's reason stops all)."""
+    reasons = []
+    if args.exit_interval and iteration % args.exit_interval == 0:
+        reasons.append(f"--exit-interval {args.exit_interval}")
+    if args.exit_duration_in_mins is not None:
+        elapsed = (time.perf_counter() - t_start) / 60.0
+        if collectives.any_true(elapsed > args.exit_duration_in_mins):
+            reasons.append(f"--exit-duration-in-mins {args.exit_duration_in_mins:g}")
+    if signals is not None and collectives.any_true(signals.received is not None):
+        reasons.append("termination signal" if signals.received is None
+                       else f"signal {signal.Signals(signals.received).name}")
+    return ", ".join(reasons) or None
+
+
 def say(grid: Grid, text: str) -> None:
     if grid.rank == 0:
         print(f"nlp-bench trainer: {text}", flush=True)
 
 
-def build_stage(args: Namespace, grid: Grid, device: torch.device, dtype: torch.dtype) -> GPTStage:
+def build_stage(args: Namespace, grid: Grid, device: torch.device,
+                dtype: torch.dtype) -> tuple[GPTStage, ParallelRNG]:
     vocab_padded = pad_vocab(args.vocab_size, grid.tp, args.make_vocab_size_divisible_by)
     cfg = GPTConfig(
         args.num_layers, args.hidden_size, args.num_attention_heads, args.ffn_hidden_size, args.seq_length,
@@ -99,7 +128,7 @@ def build_stage(args: Namespace, grid: Grid, device: torch.device, dtype: torch.
     rng = ParallelRNG(args.seed, grid.tp_rank, device)
     per_stage = args.num_layers // grid.pp
     stage = GPTStage(cfg, tp, rng, grid.pp_rank * per_stage, per_stage, grid.is_first_stage, grid.is_last_stage)
-    return stage.to(device=device, dtype=dtype)
+    return stage.to(device=device, dtype=dtype), rng
 
 
 def train(args: Namespace) -> int:
@@ -118,7 +147,7 @@ def train(args: Namespace) -> int:
     precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
     dtype = DTYPES[precision]
     torch.manual_seed(args.seed + 100 * grid.pp_rank)
-    stage = build_stage(args, grid, device, dtype)
+    stage, rng = build_stage(args, grid, device, dtype)
     scaler = (LossScaler(args.initial_loss_scale, args.loss_scale_window, args.hysteresis, args.min_loss_scale)
               if args.fp16 else None)
     optimizer = FlatAdam(stage, grid, lr_betas_eps=(args.adam_beta1, args.adam_beta2, args.adam_eps),
@@ -143,13 +172,16 @@ def train(args: Namespace) -> int:
     say(grid, f"TFLOPs in the log use the {flops.JUPITER} convention; training {iterations} iterations on "
               f"{'mock data' if args.mock_data else args.data_path[0]}")
 
-    step = 0
+    start, step = checkpoint.load(args.load, args, grid, stage, optimizer, rng) if args.load else (0, 0)
+    if start:
+        say(grid, f"resumed from {args.load} at iteration {start}")
     interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
     norm = 0.0
     in_flight = 0
+    signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None
     t_start = t_interval = time.perf_counter()
     stage.train()
-    for iteration in range(1, iterations + 1):
+    for iteration in range(start + 1, iterations + 1):
         lr = schedule.at(step)
         optimizer.zero_grad()
         first = (iteration - 1) * gbs + grid.dp_rank * gas * mbs
@@ -187,6 +219,16 @@ def train(args: Namespace) -> int:
                                      tflops=flops.tflops_per_device(flops_per_iter, seconds, grid.world)), flush=True)
             interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
             t_interval = time.perf_counter()
+        stop = exit_reason(args, iteration, t_start, signals)
+        if args.save and (stop or iteration == iterations
+                          or (args.save_interval and iteration % args.save_interval == 0)):
+            t_save = time.perf_counter()
+            folder = checkpoint.save(args.save, iteration, step, args, grid, stage, optimizer, rng)
+            say(grid, f"saved checkpoint {folder} in {time.perf_counter() - t_save:.1f} s")
+            t_interval += time.perf_counter() - t_save  # as Megatron: saving is not iteration time
+        if stop:
+            say(grid, f"stopping after iteration {iteration}: {stop}")
+            break
     say(grid, f"finished {iterations} iterations in {time.perf_counter() - t_start:.1f} s; the first pipeline stage "
               f"held at most {in_flight} micro-batches of activations at once")
     dist.barrier()

@@ -147,6 +147,47 @@ class FlatAdam:
         self._write_back()
         return False, norm
 
+    def state(self) -> dict:
+        """This rank's shard of the optimizer: fp32 master weights, Adam moments, step, loss scale."""
+        groups = [self.adam.state[g["params"][0]] for g in self.adam.param_groups]
+        return {
+            "master": self.master.clone(), "numel": sum(p.numel() for p in self.params),
+            "exp_avg": torch.cat([st["exp_avg"] for st in groups]) if groups[0] else None,
+            "exp_avg_sq": torch.cat([st["exp_avg_sq"] for st in groups]) if groups[0] else None,
+            "step": float(groups[0]["step"]) if groups[0] else 0.0,
+            "scaler": vars(self.scaler).copy() if self.scaler else None,
+        }
+
+    def load_state(self, shards: list[dict]) -> None:
+        """Restore from the saved shards of all dp ranks (one, when the optimizer was not distributed),
+        whatever the current dp size: join them, drop the old padding, cut this rank's shard."""
+        numel = shards[0]["numel"]
+        if numel != sum(p.numel() for p in self.params):
+            raise ValueError("the checkpoint's optimizer holds another number of parameters")
+
+        def mine(key: str) -> torch.Tensor:
+            full = torch.cat([s[key] for s in shards])[:numel]
+            padded = torch.zeros(self.flat.numel(), dtype=torch.float32)
+            padded[:numel] = full
+            return padded[self.range].to(self.master.device)
+
+        self.master.copy_(mine("master"))
+        self._write_back()
+        if shards[0]["exp_avg"] is not None:
+            exp_avg, exp_avg_sq = mine("exp_avg"), mine("exp_avg_sq")
+            offset = 0
+            for group in self.adam.param_groups:
+                view = group["params"][0]
+                n = view.numel()
+                self.adam.state[view] = {
+                    "step": torch.tensor(shards[0]["step"], dtype=torch.float32),
+                    "exp_avg": exp_avg[offset:offset + n].clone().view_as(view),
+                    "exp_avg_sq": exp_avg_sq[offset:offset + n].clone().view_as(view),
+                }
+                offset += n
+        if self.scaler is not None and shards[0]["scaler"] is not None:
+            vars(self.scaler).update(shards[0]["scaler"])
+
     def _write_back(self) -> None:
         if self.shards > 1:
             collectives.all_gather_flat(self.master.clone(), self.flat, self.grid.dp_group)

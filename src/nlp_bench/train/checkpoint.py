@@ -1,0 +1,100 @@
+"""Checkpoints in per-rank shards, resumable exactly: model, optimizer, loss scale, schedule position,
+random state; the data position follows from the iteration (samples are addressed by global index).
+
+Layout (Megatron's names where it has them):
+
+    SAVE/latest_checkpointed_iteration.txt
+    SAVE/iter_0000005/mp_rank_TT_PPP/model_rng.pt        one per (tp, pp) rank, written by dp rank 0
+    SAVE/iter_0000005/mp_rank_TT_PPP/optim_dpDDD.pt       optimizer shard of each dp rank (distributed
+                                                          optimizer), or of dp rank 0 alone
+
+A different data-parallel size on load is handled by joining the saved optimizer shards and cutting
+them anew; tensor- and pipeline-parallel sizes must match.
+"""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from nlp_bench.train.args import UsageError
+from nlp_bench.train.grid import Grid
+from nlp_bench.train.optimizer import FlatAdam
+from nlp_bench.train.rng import ParallelRNG
+
+LATEST = "latest_checkpointed_iteration.txt"
+#: flags that must agree between the saving and the loading run
+SHAPE_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
+               "tensor_model_parallel_size", "pipeline_model_parallel_size", "swiglu",
+               "untie_embeddings_and_output_weights", "position_embedding_type")
+
+
+def _rank_dir(root: Path, iteration: int, grid: Grid) -> Path:
+    return root / f"iter_{iteration:07d}" / f"mp_rank_{grid.tp_rank:02d}_{grid.pp_rank:03d}"
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save(root: str, iteration: int, step: int, args: Namespace, grid: Grid, stage: torch.nn.Module,
+         optimizer: FlatAdam, rng: ParallelRNG) -> Path:
+    folder = _rank_dir(Path(root), iteration, grid)
+    folder.mkdir(parents=True, exist_ok=True)
+    if grid.dp_rank == 0:
+        _atomic_save({
+            "iteration": iteration, "step": step, "shape": {k: getattr(args, k) for k in SHAPE_FLAGS},
+            "dp": grid.dp, "distributed_optimizer": optimizer.shards > 1, "model": stage.state_dict(),
+            "rng": {"cpu": torch.get_rng_state(), "tp_stream": rng._state.clone(),
+                    "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None},
+        }, folder / "model_rng.pt")
+    if optimizer.shards > 1 or grid.dp_rank == 0:
+        _atomic_save(optimizer.state(), folder / f"optim_dp{grid.dp_rank:03d}.pt")
+    dist.barrier()
+    if grid.rank == 0:
+        (Path(root) / LATEST).write_text(f"{iteration}\n")
+    dist.barrier()
+    return folder.parent
+
+
+def latest(root: str) -> int | None:
+    marker = Path(root) / LATEST
+    if not marker.is_file():
+        return None
+    try:
+        return int(marker.read_text().strip())
+    except ValueError:
+        raise UsageError(f"{marker} does not hold an iteration number") from None
+
+
+def load(root: str, args: Namespace, grid: Grid, stage: torch.nn.Module, optimizer: FlatAdam,
+         rng: ParallelRNG) -> tuple[int, int]:
+    """(iteration, schedule step) of the newest checkpoint under root, restored into the run."""
+    iteration = latest(root)
+    if iteration is None:
+        return 0, 0
+    folder = _rank_dir(Path(root), iteration, grid)
+    path = folder / "model_rng.pt"
+    if not path.is_file():
+        raise UsageError(f"checkpoint {folder.parent} has no shard for tp rank {grid.tp_rank}, pp rank {grid.pp_rank} "
+                         f"(saved with another tensor/pipeline layout?)")
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    mismatched = [f"--{k.replace('_', '-')} {saved['shape'][k]} (now {getattr(args, k)})"
+                  for k in SHAPE_FLAGS if saved["shape"].get(k) != getattr(args, k)]
+    if mismatched:
+        raise UsageError(f"checkpoint {folder.parent} was saved with " + ", ".join(mismatched))
+    stage.load_state_dict(saved["model"])
+    torch.set_rng_state(saved["rng"]["cpu"])
+    rng._state = saved["rng"]["tp_stream"]
+    if saved["rng"]["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(saved["rng"]["cuda"])
+    files = sorted(folder.glob("optim_dp*.pt"))
+    shards = [torch.load(f, map_location="cpu", weights_only=False) for f in files]
+    optimizer.load_state(shards)
+    return saved["iteration"], saved["step"]
