@@ -68,3 +68,16 @@ def test_fp16_overflow_is_skipped_and_lowers_the_scale():
     assert [r.loss_scale for r in records] == [4096.0, 4096.0, 2048.0, 2048.0, 2048.0]
     # a skipped step leaves the weights and the learning-rate schedule alone
     assert records[2].learning_rate == records[1].learning_rate
+
+
+def test_tensorboard_scalars_load_with_tensorboards_reader(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run("--train-iters", "4", "--log-interval", "2", "--tensorboard-dir", str(tmp_path / "tb"))
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"lm loss", "learning-rate", "loss-scale", "grad-norm", "iteration-time", "tokens-per-second",
+            "TFLOPs"} <= tags
+    assert [e.step for e in acc.Scalars("lm loss")] == [2, 4]
+    assert all(e.value > 0 for e in acc.Scalars("tokens-per-second"))

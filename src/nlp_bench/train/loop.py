@@ -178,6 +178,11 @@ def train(args: Namespace) -> int:
     interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
     norm = 0.0
     in_flight = 0
+    board = None
+    if args.tensorboard_dir and grid.rank == grid.world - 1:  # the rank that prints the log line
+        from torch.utils.tensorboard import SummaryWriter
+
+        board = SummaryWriter(log_dir=args.tensorboard_dir)
     signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None
     t_start = t_interval = time.perf_counter()
     stage.train()
@@ -212,11 +217,18 @@ def train(args: Namespace) -> int:
             collectives.all_reduce(totals, grid.dp_group)
             if grid.rank == grid.world - 1:
                 mean_loss = totals[0].item() / max(totals[1].item(), 1.0)
+                tflops = flops.tflops_per_device(flops_per_iter, seconds, grid.world)
+                if board is not None:
+                    for tag, value in (("lm loss", mean_loss), ("learning-rate", schedule.at(step)),
+                                       ("loss-scale", optimizer.loss_scale), ("grad-norm", norm),
+                                       ("iteration-time", seconds), ("tokens-per-second", gbs * args.seq_length / seconds),
+                                       ("TFLOPs", tflops)):
+                        board.add_scalar(tag, value, iteration)
+                    board.flush()
                 print(iteration_line(iteration=iteration, total=iterations, consumed=iteration * gbs, seconds=seconds,
                                      lr=schedule.at(step), global_batch=gbs, seq_length=args.seq_length, loss=mean_loss,
                                      loss_scale=optimizer.loss_scale, grad_norm=norm, skipped=interval["skipped"],
-                                     nan=interval["nan"],
-                                     tflops=flops.tflops_per_device(flops_per_iter, seconds, grid.world)), flush=True)
+                                     nan=interval["nan"], tflops=tflops), flush=True)
             interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
             t_interval = time.perf_counter()
         stop = exit_reason(args, iteration, t_start, signals)
@@ -231,6 +243,8 @@ def train(args: Namespace) -> int:
             break
     say(grid, f"finished {iterations} iterations in {time.perf_counter() - t_start:.1f} s; the first pipeline stage "
               f"held at most {in_flight} micro-batches of activations at once")
+    if board is not None:
+        board.close()
     dist.barrier()
     dist.destroy_process_group()
     return 0
