@@ -75,8 +75,6 @@ def test_rope_preserves_norm_and_relative_position():
 
 @pytest.mark.parametrize("extra,needle", [
     (["--data-path", "x"], "give either --mock-data or --data-path PREFIX"),
-    (["--save", "x"], "--save is not implemented"),
-    (["--num-layers-per-virtual-pipeline-stage", "1"], "--num-layers-per-virtual-pipeline-stage is not implemented"),
     (["--bf16", "--fp16"], "exclude each other"),
     (["--recompute-method", "uniform"], "go with --recompute-granularity full"),
     (["--train-samples", "10"], "exactly one of --train-iters and --train-samples"),
@@ -98,6 +96,10 @@ def test_recompute_activations_means_selective():
     (["--pipeline-model-parallel-size", "2", "--num-layers", "3"], "--pipeline-model-parallel-size 2 must divide --num-layers 3"),
     (["--global-batch-size", "3"], "--global-batch-size 3 must be a multiple of --micro-batch-size x dp = 2 x 2"),
     (["--tensor-model-parallel-size", "3"], "tp x pp = 3 must divide the 2 ranks"),
+    (["--num-layers-per-virtual-pipeline-stage", "1"],
+     "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1"),
+    (["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2", "--num-layers", "4"],
+     "the interleaved schedule needs at least 2 model chunks per rank"),
     (["--lr-warmup-iters", "3"], "learning-rate schedule: lr decay length 3 must exceed the warm-up 3 (see --lr-warmup-*, --lr-decay-*, --train-*)"),
 ])
 def test_bad_layout_stops_before_any_process_group(extra, rule):
@@ -127,9 +129,9 @@ def test_loss_scaler_follows_megatron():
 
 def test_trainer_usage_error_is_one_line_exit_2():
     proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *BASE, "--distributed-backend", "gloo",
-                           "--save", "ckpt"], capture_output=True, text=True)
+                           "--bf16", "--fp16"], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "nlp_bench.train: error: --save is not implemented in this trainer yet"
+    assert proc.stderr.strip() == "nlp_bench.train: error: --bf16 and --fp16 exclude each other"
 
 
 def test_trainer_runs_as_one_process_without_torchrun():

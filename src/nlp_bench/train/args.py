@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 #: Recognised but not yet implemented in this trainer (the trainer issue adds them).
-NOT_YET = ("num_layers_per_virtual_pipeline_stage",)
+NOT_YET: tuple[str, ...] = ()
 
 
 class UsageError(Exception):

@@ -30,7 +30,8 @@ LATEST = "latest_checkpointed_iteration.txt"
 #: flags that must agree between the saving and the loading run
 SHAPE_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
                "tensor_model_parallel_size", "pipeline_model_parallel_size", "swiglu",
-               "untie_embeddings_and_output_weights", "position_embedding_type")
+               "untie_embeddings_and_output_weights", "position_embedding_type",
+               "num_layers_per_virtual_pipeline_stage")
 
 
 def _rank_dir(root: Path, iteration: int, grid: Grid) -> Path:

@@ -211,19 +211,27 @@ def all_gather_flat(shard: torch.Tensor, flat: torch.Tensor, group: dist.Process
 
 def send_recv(send_next: torch.Tensor | None, send_prev: torch.Tensor | None, recv_next: torch.Tensor | None,
               recv_prev: torch.Tensor | None, next_rank: int, prev_rank: int) -> None:
-    """Pipeline point-to-point: any of the four transfers at once, so neighbours never deadlock."""
+    """Pipeline point-to-point: any of the four transfers at once, so neighbours never deadlock.
+
+    With pp 2 the next and the previous rank are the same rank, so an activation and a gradient may
+    travel between the same two ranks in one call: activations go first and carry their own tag, on
+    both sides, so the two can never be swapped.
+    """
     ops = []
-    if send_prev is not None:
-        ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), prev_rank))
-    if recv_prev is not None:
-        ops.append(dist.P2POp(dist.irecv, recv_prev, prev_rank))
     if send_next is not None:
-        ops.append(dist.P2POp(dist.isend, send_next.contiguous(), next_rank))
+        ops.append(dist.P2POp(dist.isend, send_next.contiguous(), next_rank, tag=_ACTIVATION))
+    if recv_prev is not None:
+        ops.append(dist.P2POp(dist.irecv, recv_prev, prev_rank, tag=_ACTIVATION))
+    if send_prev is not None:
+        ops.append(dist.P2POp(dist.isend, send_prev.contiguous(), prev_rank, tag=_GRADIENT))
     if recv_next is not None:
-        ops.append(dist.P2POp(dist.irecv, recv_next, next_rank))
+        ops.append(dist.P2POp(dist.irecv, recv_next, next_rank, tag=_GRADIENT))
     if ops:
         for req in dist.batch_isend_irecv(ops):
             req.wait()
+
+
+_ACTIVATION, _GRADIENT = 1, 2
 
 
 def any_true(flag: bool, group: dist.ProcessGroup | None = None) -> bool:

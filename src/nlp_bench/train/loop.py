@@ -1,4 +1,4 @@
-"""The training loop: check the layout, set up the grid, the model stage and the optimizer, run
+"""The training loop: check the layout, set up the grid, this rank's model chunks and the optimizer, run
 iterations with the schedule, print Megatron's log line."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nlp_bench.train.data import IndexedData, MockData
 from nlp_bench.train.grid import Grid, build_grid
 from nlp_bench.train.layers import TensorParallel
 from nlp_bench.train.logline import iteration_line
-from nlp_bench.train.model import GPTConfig, GPTStage
+from nlp_bench.train.model import GPTConfig, GPTStage, ModelChunks
 from nlp_bench.train.optimizer import FlatAdam, LossScaler
 from nlp_bench.train.rng import ParallelRNG
 from nlp_bench.train.schedule import from_args
@@ -53,6 +53,18 @@ def check_layout(args: Namespace, world: int) -> int:
         (not args.sequence_parallel or args.seq_length % tp == 0,
          f"--sequence-parallel needs --tensor-model-parallel-size {tp} to divide --seq-length {args.seq_length}"),
     ]
+    vp = args.num_layers_per_virtual_pipeline_stage
+    if vp is not None:
+        rules += [
+            (pp > 1, "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1"),
+            (vp >= 1, "--num-layers-per-virtual-pipeline-stage must be at least 1"),
+            (vp < 1 or args.num_layers % (pp * vp) == 0,
+             f"--num-layers {args.num_layers} must be a multiple of pp x --num-layers-per-virtual-pipeline-stage "
+             f"= {pp * vp}"),
+            (vp < 1 or args.num_layers % (pp * vp) or args.num_layers // (pp * vp) > 1,
+             "the interleaved schedule needs at least 2 model chunks per rank "
+             "(--num-layers / (pp x --num-layers-per-virtual-pipeline-stage) > 1)"),
+        ]
     for ok, rule in rules:
         if not ok:
             raise UsageError(rule)
@@ -63,7 +75,11 @@ def check_layout(args: Namespace, world: int) -> int:
     if args.global_batch_size % per_step:
         raise UsageError(f"--global-batch-size {args.global_batch_size} must be a multiple of "
                          f"--micro-batch-size x dp = {args.micro_batch_size} x {dp}")
-    return args.global_batch_size // per_step
+    gas = args.global_batch_size // per_step
+    if vp is not None and gas % pp:
+        raise UsageError(f"the interleaved schedule needs the micro-batches per iteration ({gas}) to be a multiple of "
+                         f"--pipeline-model-parallel-size {pp}")
+    return gas
 
 
 def init_distributed(backend: str) -> torch.device:
@@ -114,8 +130,8 @@ def say(grid: Grid, text: str) -> None:
         print(f"nlp-bench trainer: {text}", flush=True)
 
 
-def build_stage(args: Namespace, grid: Grid, device: torch.device,
-                dtype: torch.dtype) -> tuple[GPTStage, ParallelRNG]:
+def build_model(args: Namespace, grid: Grid, device: torch.device,
+                dtype: torch.dtype) -> tuple[ModelChunks, ParallelRNG]:
     vocab_padded = pad_vocab(args.vocab_size, grid.tp, args.make_vocab_size_divisible_by)
     cfg = GPTConfig(
         args.num_layers, args.hidden_size, args.num_attention_heads, args.ffn_hidden_size, args.seq_length,
@@ -126,9 +142,13 @@ def build_stage(args: Namespace, grid: Grid, device: torch.device,
     )
     tp = TensorParallel(grid.tp, grid.tp_rank, grid.tp_group, args.sequence_parallel)
     rng = ParallelRNG(args.seed, grid.tp_rank, device)
-    per_stage = args.num_layers // grid.pp
-    stage = GPTStage(cfg, tp, rng, grid.pp_rank * per_stage, per_stage, grid.is_first_stage, grid.is_last_stage)
-    return stage.to(device=device, dtype=dtype), rng
+    per_chunk = args.num_layers_per_virtual_pipeline_stage or args.num_layers // grid.pp
+    virtual = args.num_layers // (per_chunk * grid.pp)
+    chunks = ModelChunks()
+    for c in range(virtual):  # chunk c of this rank is virtual stage c * pp + pp_rank
+        index = c * grid.pp + grid.pp_rank
+        chunks.append(GPTStage(cfg, tp, rng, index * per_chunk, per_chunk, index == 0, index == virtual * grid.pp - 1))
+    return chunks.to(device=device, dtype=dtype), rng
 
 
 def train(args: Namespace) -> int:
@@ -147,13 +167,13 @@ def train(args: Namespace) -> int:
     precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
     dtype = DTYPES[precision]
     torch.manual_seed(args.seed + 100 * grid.pp_rank)
-    stage, rng = build_stage(args, grid, device, dtype)
+    model, rng = build_model(args, grid, device, dtype)
     scaler = (LossScaler(args.initial_loss_scale, args.loss_scale_window, args.hysteresis, args.min_loss_scale)
               if args.fp16 else None)
-    optimizer = FlatAdam(stage, grid, lr_betas_eps=(args.adam_beta1, args.adam_beta2, args.adam_eps),
+    optimizer = FlatAdam(model, grid, lr_betas_eps=(args.adam_beta1, args.adam_beta2, args.adam_eps),
                          weight_decay=args.weight_decay, clip_grad=args.clip_grad,
                          distributed=args.use_distributed_optimizer, scaler=scaler)
-    shape = flops.Shape(gbs, args.seq_length, args.num_layers, args.hidden_size, stage.cfg.vocab_padded,
+    shape = flops.Shape(gbs, args.seq_length, args.num_layers, args.hidden_size, model[0].cfg.vocab_padded,
                         args.ffn_hidden_size, swiglu=args.swiglu, recompute=args.recompute_granularity is not None)
     flops_per_iter = flops.jupiter_flops(shape)
     seq_local = args.seq_length // grid.tp if args.sequence_parallel else args.seq_length
@@ -167,12 +187,12 @@ def train(args: Namespace) -> int:
               f"{'on' if args.use_distributed_optimizer else 'off'}, recompute {args.recompute_granularity or 'none'}")
     say(grid, f"model {args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
               f"ffn {args.ffn_hidden_size} ({'SwiGLU' if args.swiglu else 'GeLU'}), vocab {args.vocab_size} padded "
-              f"to {stage.cfg.vocab_padded}, {sum(p.numel() for p in stage.parameters()):,} parameters on rank 0, "
+              f"to {model[0].cfg.vocab_padded}, {sum(p.numel() for p in model.parameters()):,} parameters on rank 0, "
               f"position embedding {args.position_embedding_type}")
     say(grid, f"TFLOPs in the log use the {flops.JUPITER} convention; training {iterations} iterations on "
               f"{'mock data' if args.mock_data else args.data_path[0]}")
 
-    start, step = checkpoint.load(args.load, args, grid, stage, optimizer, rng) if args.load else (0, 0)
+    start, step = checkpoint.load(args.load, args, grid, model, optimizer, rng) if args.load else (0, 0)
     if start:
         say(grid, f"resumed from {args.load} at iteration {start}")
     interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
@@ -185,13 +205,13 @@ def train(args: Namespace) -> int:
         board = SummaryWriter(log_dir=args.tensorboard_dir)
     signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None
     t_start = t_interval = time.perf_counter()
-    stage.train()
+    model.train()
     for iteration in range(start + 1, iterations + 1):
         lr = schedule.at(step)
         optimizer.zero_grad()
         first = (iteration - 1) * gbs + grid.dp_rank * gas * mbs
         batches = [tuple(t.to(device) for t in data.batch(first + i * mbs, mbs)) for i in range(gas)]
-        stats = schedules.run(stage, grid, batches, optimizer.loss_scale, activation_shape, dtype, device)
+        stats = schedules.run(model, grid, batches, optimizer.loss_scale, activation_shape, dtype, device)
         in_flight = max(in_flight, stats.max_in_flight)
         if args.inject_inf_grad_at_iteration == iteration:
             optimizer.main_grad.fill_(float("inf"))
@@ -235,14 +255,14 @@ def train(args: Namespace) -> int:
         if args.save and (stop or iteration == iterations
                           or (args.save_interval and iteration % args.save_interval == 0)):
             t_save = time.perf_counter()
-            folder = checkpoint.save(args.save, iteration, step, args, grid, stage, optimizer, rng)
+            folder = checkpoint.save(args.save, iteration, step, args, grid, model, optimizer, rng)
             say(grid, f"saved checkpoint {folder} in {time.perf_counter() - t_save:.1f} s")
             t_interval += time.perf_counter() - t_save  # as Megatron: saving is not iteration time
         if stop:
             say(grid, f"stopping after iteration {iteration}: {stop}")
             break
     say(grid, f"finished {iterations} iterations in {time.perf_counter() - t_start:.1f} s; the first pipeline stage "
-              f"held at most {in_flight} micro-batches of activations at once")
+              f"held at most {in_flight} forward passes' activations at once")
     if board is not None:
         board.close()
     dist.barrier()

@@ -235,3 +235,10 @@ class GPTStage(nn.Module):
         logits = self.output.logits(self.final_ln(x))
         loss = layers.vocab_parallel_cross_entropy(logits, labels.t(), self.output.vocab_start, self.tp.group)
         return loss.float().mean()
+
+
+class ModelChunks(nn.ModuleList):
+    """The stages a rank holds: one, or v of them under the interleaved schedule (virtual stage c·pp + rank)."""
+
+    def tied_weights(self) -> list[nn.Parameter]:
+        return [p for chunk in self for p in chunk.tied_weights()]
