@@ -99,7 +99,8 @@ def test_recompute_activations_means_selective():
     (["--num-layers-per-virtual-pipeline-stage", "1"],
      "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1"),
     (["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2", "--num-layers", "4"],
-     "the interleaved schedule needs at least 2 model chunks per rank"),
+     "the interleaved schedule needs at least 2 model chunks per rank "
+     "(--num-layers / (pp x --num-layers-per-virtual-pipeline-stage) > 1)"),
     (["--lr-warmup-iters", "3"], "learning-rate schedule: lr decay length 3 must exceed the warm-up 3 (see --lr-warmup-*, --lr-decay-*, --train-*)"),
 ])
 def test_bad_layout_stops_before_any_process_group(extra, rule):
