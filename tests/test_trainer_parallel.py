@@ -73,3 +73,17 @@ def test_1f1b_first_stage_holds_at_most_pp_micro_batches(pp):
     # 8 micro-batches per iteration: without 1F1B the first stage would hold all 8
     out = train(pp, "--pipeline-model-parallel-size", str(pp), "--micro-batch-size", "1", "--train-iters", "2").stdout
     assert f"the first pipeline stage held at most {pp} forward passes' activations" in out, out[-1500:]
+
+
+def test_validation_loss_is_layout_independent():
+    import re
+
+    def validation(nproc, *flags):
+        out = train(nproc, "--eval-interval", "2", "--eval-iters", "2", "--train-iters", "4", *flags).stdout
+        return [float(v) for v in re.findall(r"validation loss at iteration \d+ \| lm loss value: (\S+) \|", out)]
+
+    serial = validation(1, "--micro-batch-size", "8")
+    assert len(serial) == 2
+    interleaved = validation(2, "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+                             "--micro-batch-size", "2")
+    assert close(interleaved, serial), (interleaved, serial)

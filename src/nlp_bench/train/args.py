@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--tokenizer-type", choices=("GPT2BPETokenizer", "NullTokenizer"), default="GPT2BPETokenizer")
     # logging, checkpoints, reproducibility
     a("--log-interval", type=int, default=100)
+    a("--eval-interval", type=int, default=1000, help="evaluate on the validation split every this many iterations")
+    a("--eval-iters", type=int, default=100, help="global batches per evaluation (0: no evaluation)")
     a("--tensorboard-dir", default=None)
     a("--save", default=None)
     a("--load", default=None)

@@ -27,13 +27,13 @@ class MockData:
 
 
 class IndexedData:
-    """Samples of a Megatron indexed dataset's train split, addressed by global sample index like MockData."""
+    """Samples of one split of a Megatron indexed dataset, addressed by global sample index like MockData."""
 
-    def __init__(self, prefix: str, split: str, seq_length: int, num_samples: int, seed: int) -> None:
+    def __init__(self, prefix: str, split: str, which: str, seq_length: int, num_samples: int, seed: int) -> None:
         from nlp_bench.data.gpt_dataset import GPTDataset
         from nlp_bench.data.indexed import IndexedDataset
 
-        self.dataset = GPTDataset(IndexedDataset(prefix), split, "train", seq_length, num_samples, seed)
+        self.dataset = GPTDataset(IndexedDataset(prefix), split, which, seq_length, num_samples, seed)
 
     def batch(self, first: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         seqs = torch.stack([torch.from_numpy(self.dataset[first + i]) for i in range(size)])

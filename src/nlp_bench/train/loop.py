@@ -125,6 +125,27 @@ def exit_reason(args: Namespace, iteration: int, t_start: float, signals: Signal
     return ", ".join(reasons) or None
 
 
+def evaluate(args: Namespace, grid: Grid, model: ModelChunks, valid, number: int, iteration: int,
+             activation_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gas: int) -> None:
+    """--eval-iters global batches of the validation split, forward only; Megatron's validation lines."""
+    gbs, mbs = args.global_batch_size, args.micro_batch_size
+    model.eval()
+    total, count = 0.0, 0
+    for j in range(args.eval_iters):
+        first = (number * args.eval_iters + j) * gbs + grid.dp_rank * gas * mbs
+        batches = [tuple(t.to(device) for t in valid.batch(first + i * mbs, mbs)) for i in range(gas)]
+        losses = schedules.forward_only(model, grid, batches, activation_shape, dtype, device)
+        total, count = total + sum(losses), count + len(losses)
+    model.train()
+    sums = torch.tensor([total, float(count)], dtype=torch.float64)
+    collectives.all_reduce(sums, grid.dp_group)
+    if grid.rank == grid.world - 1:
+        loss = sums[0].item() / max(sums[1].item(), 1.0)
+        line = (f" validation loss at iteration {iteration} | lm loss value: {loss:.6E} |"
+                f" lm loss PPL: {math.exp(min(20.0, loss)):.6E} |")
+        print("-" * len(line), line, "-" * len(line), sep="\n", flush=True)
+
+
 def say(grid: Grid, text: str) -> None:
     if grid.rank == 0:
         print(f"nlp-bench trainer: {text}", flush=True)
@@ -155,10 +176,17 @@ def train(args: Namespace) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     gas = check_layout(args, world)
     schedule, iterations, in_samples = from_args(args, args.global_batch_size)
+    evaluations = iterations // args.eval_interval + 1 if args.eval_iters > 0 else 0
     try:  # a missing or corrupt dataset is found before any process group starts
-        data = (MockData(args.vocab_size, args.seq_length, args.seed) if args.mock_data else
-                IndexedData(args.data_path[0], args.split, args.seq_length, iterations * args.global_batch_size,
-                            args.seed))
+        if args.mock_data:
+            data = MockData(args.vocab_size, args.seq_length, args.seed)
+            valid = MockData(args.vocab_size, args.seq_length, args.seed + 1) if evaluations else None
+        else:
+            data = IndexedData(args.data_path[0], args.split, "train", args.seq_length,
+                               iterations * args.global_batch_size, args.seed)
+            valid = (IndexedData(args.data_path[0], args.split, "valid", args.seq_length,
+                                 evaluations * args.eval_iters * args.global_batch_size, args.seed)
+                     if evaluations else None)
     except BenchError as exc:
         raise UsageError(str(exc)) from None
     device = init_distributed(args.distributed_backend)
@@ -203,6 +231,7 @@ def train(args: Namespace) -> int:
         from torch.utils.tensorboard import SummaryWriter
 
         board = SummaryWriter(log_dir=args.tensorboard_dir)
+    evaluated = 0
     signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None
     t_start = t_interval = time.perf_counter()
     model.train()
@@ -251,6 +280,11 @@ def train(args: Namespace) -> int:
                                      nan=interval["nan"], tflops=tflops), flush=True)
             interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
             t_interval = time.perf_counter()
+        if valid is not None and (iteration % args.eval_interval == 0 or iteration == iterations):
+            t_eval = time.perf_counter()
+            evaluate(args, grid, model, valid, evaluated, iteration, activation_shape, dtype, device, gas)
+            evaluated += 1
+            t_interval += time.perf_counter() - t_eval  # evaluation is not iteration time
         stop = exit_reason(args, iteration, t_start, signals)
         if args.save and (stop or iteration == iterations
                           or (args.save_interval and iteration % args.save_interval == 0)):

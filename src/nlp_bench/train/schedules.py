@@ -223,3 +223,26 @@ def interleaved_1f1b(chunks, grid: Grid, batches: Sequence[Batch], scale: float,
         if want_next:
             grads[nxt].append(got_next)
     return stats
+
+
+@torch.no_grad()
+def forward_only(chunks, grid: Grid, batches: Sequence[Batch], activation_shape: tuple[int, ...],
+                 dtype: torch.dtype, device: torch.device) -> list[float]:
+    """Evaluation: every micro-batch through every virtual stage in order, no backward. Returns the
+    per-micro-batch losses on the rank that holds the last virtual stage."""
+    v = len(chunks)
+    losses = []
+    for tokens, labels in batches:
+        for c, chunk in enumerate(chunks):
+            first = grid.is_first_stage and c == 0
+            last = grid.is_last_stage and c == v - 1
+            x = tokens
+            if not first:
+                x = torch.empty(activation_shape, dtype=dtype, device=device)
+                collectives.send_recv(None, None, None, x, grid.next_rank, grid.prev_rank)
+            out = chunk(x, labels)
+            if last:
+                losses.append(out.item())
+            else:
+                collectives.send_recv(out, None, None, None, grid.next_rank, grid.prev_rank)
+    return losses
