@@ -50,13 +50,14 @@ def serial() -> list[float]:
     (2, ["--use-distributed-optimizer", "--micro-batch-size", "4"]),
     (2, ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
          "--micro-batch-size", "1"]),
+    (4, ["--pipeline-model-parallel-size", "2", "--micro-batch-size", "1", "--ddp-bucket-size", "5000"]),
     (1, ["--micro-batch-size", "1"]),
     (1, ["--micro-batch-size", "8", "--recompute-activations"]),
     (1, ["--micro-batch-size", "4", "--recompute-granularity", "full", "--recompute-num-layers", "2"]),
     (4, ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "2",
          "--micro-batch-size", "4", "--recompute-granularity", "full", "--recompute-method", "block",
          "--recompute-num-layers", "1"]),
-], ids=["tp2", "pp2", "dp2", "tp2pp2", "tp2-sp", "dp2-distopt", "pp2-interleaved-v2", "gas8", "selective-recompute", "full-recompute",
+], ids=["tp2", "pp2", "dp2", "tp2pp2", "tp2-sp", "dp2-distopt", "pp2-interleaved-v2", "pp2-dp2-buckets", "gas8", "selective-recompute", "full-recompute",
         "tp2-sp-pp2-block-recompute"])
 def test_layout_matches_single_rank(serial, nproc, flags):
     got = losses(nproc, *flags)
@@ -87,3 +88,11 @@ def test_validation_loss_is_layout_independent():
     interleaved = validation(2, "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
                              "--micro-batch-size", "2")
     assert close(interleaved, serial), (interleaved, serial)
+
+
+def test_gradient_buckets_are_reduced_during_the_backward_pass():
+    import re
+
+    out = train(2, "--micro-batch-size", "2", "--ddp-bucket-size", "5000").stdout
+    done, total = map(int, re.search(r"(\d+) of (\d+) data-parallel gradient buckets", out).groups())
+    assert total > 5 and done == total, out[-800:]

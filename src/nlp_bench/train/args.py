@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--num-layers-per-virtual-pipeline-stage", type=int, default=None)
     a("--sequence-parallel", action="store_true")
     a("--use-distributed-optimizer", action="store_true")
+    a("--ddp-bucket-size", type=int, default=None,
+      help="elements per data-parallel gradient bucket (default max(40M, 1M x dp), as Megatron)")
     a("--distributed-backend", choices=("nccl", "gloo", "xla"), default="nccl")
     # batch and length of training
     a("--micro-batch-size", type=int, required=True)

@@ -22,18 +22,9 @@ def all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None, op: str = 
     return tensor
 
 
-def all_reduce_mean_flat(tensors: list[torch.Tensor], group: dist.ProcessGroup | None) -> None:
-    """Average many tensors over a group with one collective on a flat buffer (data-parallel gradients)."""
-    n = size(group)
-    if n == 1 or not tensors:
-        return
-    flat = torch.cat([t.reshape(-1) for t in tensors])
-    dist.all_reduce(flat, group=group)
-    flat.div_(n)
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset:offset + t.numel()].view_as(t))
-        offset += t.numel()
+def all_reduce_async(tensor: torch.Tensor, group: dist.ProcessGroup | None):
+    """Start a sum all-reduce in place and return its handle (wait() before using the tensor)."""
+    return dist.all_reduce(tensor, group=group, async_op=True)
 
 
 def _gather_last_dim(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:

@@ -200,7 +200,8 @@ def train(args: Namespace) -> int:
               if args.fp16 else None)
     optimizer = FlatAdam(model, grid, lr_betas_eps=(args.adam_beta1, args.adam_beta2, args.adam_eps),
                          weight_decay=args.weight_decay, clip_grad=args.clip_grad,
-                         distributed=args.use_distributed_optimizer, scaler=scaler)
+                         distributed=args.use_distributed_optimizer, scaler=scaler, micro_batches=gas,
+                         bucket_size=args.ddp_bucket_size or max(40_000_000, 1_000_000 * grid.dp))
     shape = flops.Shape(gbs, args.seq_length, args.num_layers, args.hidden_size, model[0].cfg.vocab_padded,
                         args.ffn_hidden_size, swiglu=args.swiglu, recompute=args.recompute_granularity is not None)
     flops_per_iter = flops.jupiter_flops(shape)
@@ -296,7 +297,9 @@ def train(args: Namespace) -> int:
             say(grid, f"stopping after iteration {iteration}: {stop}")
             break
     say(grid, f"finished {iterations} iterations in {time.perf_counter() - t_start:.1f} s; the first pipeline stage "
-              f"held at most {in_flight} forward passes' activations at once")
+              f"held at most {in_flight} forward passes' activations at once; {optimizer.overlapped} of "
+              f"{len(optimizer.buckets) * (iteration - start)} data-parallel gradient buckets were reduced "
+              f"during the backward pass")
     if board is not None:
         board.close()
     dist.barrier()

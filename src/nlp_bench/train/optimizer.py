@@ -50,17 +50,25 @@ class LossScaler:
 class FlatAdam:
     """In fp32 the parameters and their gradients are themselves views of the flat buffers, so autograd
     accumulates in place and an update needs no copy; in bf16/fp16 the fp32 master copy is separate and
-    a hook moves each half-precision gradient into the fp32 buffer as soon as it exists."""
+    a hook moves each half-precision gradient into the fp32 buffer as soon as it exists.
+
+    The buffer holds the parameters in reverse order of creation, roughly the order in which the
+    backward pass finishes them, cut into buckets of at least `bucket_size` elements. Without the
+    distributed optimizer, a bucket is all-reduced over dp (asynchronously) as soon as each of its
+    parameters has received the gradient of the iteration's last micro-batch, so the reduction
+    overlaps the rest of the backward pass.
+    """
 
     def __init__(self, model: nn.Module, grid: Grid, *, lr_betas_eps: tuple[float, float, float], weight_decay: float,
-                 clip_grad: float, distributed: bool, scaler: LossScaler | None) -> None:
+                 clip_grad: float, distributed: bool, scaler: LossScaler | None, micro_batches: int = 1,
+                 bucket_size: int = 40_000_000) -> None:
         self.model, self.grid, self.scaler = model, grid, scaler
         self.beta1, self.beta2, self.eps = lr_betas_eps
         self.weight_decay, self.clip_grad = weight_decay, clip_grad
-        params = [p for p in model.parameters() if p.requires_grad]
-        # weight-decayed matrices first, then biases and norms: each is one contiguous region of the buffer
-        self.params = [p for p in params if p.ndim >= 2] + [p for p in params if p.ndim < 2]
-        boundary = sum(p.numel() for p in self.params if p.ndim >= 2)
+        tied = {id(p) for p in model.tied_weights()} if hasattr(model, "tied_weights") else set()
+        backward_order = [p for p in model.parameters() if p.requires_grad][::-1]
+        # tied copies go last, outside every bucket: they are summed over the embedding group first
+        self.params = [p for p in backward_order if id(p) not in tied] + [p for p in backward_order if id(p) in tied]
         device = self.params[0].device
         numel = sum(p.numel() for p in self.params)
         self.shards = grid.dp if distributed else 1
@@ -69,20 +77,40 @@ class FlatAdam:
         self.main_grad = torch.zeros(padded, dtype=torch.float32, device=device)
         flat = torch.zeros(padded, dtype=torch.float32, device=device)
         counted = torch.zeros(padded, dtype=torch.float32, device=device)
-        offset = 0
+        self.micro_batches = micro_batches
+        self._fired: dict[int, int] = {}
+        self._bucket_of: dict[int, int] = {}
+        self.buckets: list[tuple[int, int, int]] = []  # (start, end, number of parameters)
+        self._late: list[nn.Parameter] = []
+        offsets: list[int] = []
+        offset = bucket_start = bucket_params = 0
         for p in self.params:
             n = p.numel()
+            offsets.append(offset)
             flat[offset:offset + n] = p.detach().reshape(-1).float()
             p.main_grad = self.main_grad[offset:offset + n].view_as(p)
             if self.fp32:
                 p.data = flat[offset:offset + n].view_as(p)
                 p.grad = p.main_grad  # autograd adds into the buffer in place
-            else:
-                p.register_post_accumulate_grad_hook(_accumulate)
+            p.register_post_accumulate_grad_hook(self._on_grad)
             # the global norm counts tp shards on every rank, replicated tensors and tied copies once
             once = getattr(p, "tensor_parallel", False) or grid.tp_rank == 0
             counted[offset:offset + n] = 1.0 if once and not getattr(p, "shared_copy", False) else 0.0
             offset += n
+            if id(p) in tied:
+                self._late.append(p)
+                continue
+            self._bucket_of[id(p)] = len(self.buckets)
+            bucket_params += 1
+            if offset - bucket_start >= bucket_size:
+                self.buckets.append((bucket_start, offset, bucket_params))
+                bucket_start, bucket_params = offset, 0
+        if bucket_params:  # the tied copies, last in the buffer, stay outside
+            self.buckets.append((bucket_start, offset - sum(p.numel() for p in self._late), bucket_params))
+        self.overlap = self.shards == 1 and grid.dp > 1
+        self._ready = [0] * len(self.buckets)
+        self._pending: dict[int, object] = {}
+        self.overlapped = 0  # buckets reduced during the backward pass, over the whole run
         self.shard_size = padded // self.shards
         lo = (grid.dp_rank if distributed else 0) * self.shard_size
         self.range = slice(lo, lo + self.shard_size)
@@ -92,15 +120,33 @@ class FlatAdam:
         counted = counted[self.range]
         self.counted = None if bool(counted.all()) else counted.bool()
         self.grad_shard = self.main_grad if self.shards == 1 else torch.zeros_like(self.master)
-        # torch's fused AdamW runs on views of the master shard, one group with weight decay, one without
-        groups = []
-        for a, b, wd in ((lo, min(lo + self.shard_size, boundary), weight_decay),
-                         (max(lo, boundary), lo + self.shard_size, 0.0)):
+        # torch's fused AdamW on views of the master shard: matrices decay, biases and norms do not
+        groups: dict[float, list[nn.Parameter]] = {weight_decay: [], 0.0: []}
+        self._views: list[tuple[nn.Parameter, int, int]] = []  # (view, start, end) within the shard
+        for p, start in zip(self.params, offsets):
+            a, b = max(start, lo), min(start + p.numel(), lo + self.shard_size)
             if b > a:
                 view = nn.Parameter(self.master[a - lo:b - lo], requires_grad=False)
                 view.grad = self.grad_shard[a - lo:b - lo]
-                groups.append({"params": [view], "weight_decay": wd})
-        self.adam = torch.optim.AdamW(groups, lr=0.0, betas=(self.beta1, self.beta2), eps=self.eps, fused=True)
+                groups[weight_decay if p.ndim >= 2 else 0.0].append(view)
+                self._views.append((view, a - lo, b - lo))
+        self.adam = torch.optim.AdamW([{"params": v, "weight_decay": wd} for wd, v in groups.items() if v], lr=0.0,
+                                      betas=(self.beta1, self.beta2), eps=self.eps, fused=True)
+
+    def _on_grad(self, p: torch.Tensor) -> None:
+        if not self.fp32:
+            p.main_grad.add_(p.grad)  # fp32 accumulation of a half-precision gradient
+            p.grad = None
+        if not self.overlap or id(p) not in self._bucket_of:
+            return
+        fired = self._fired.get(id(p), 0) + 1
+        self._fired[id(p)] = fired
+        if fired == self.micro_batches:  # this parameter's gradient for the iteration is complete
+            b = self._bucket_of[id(p)]
+            self._ready[b] += 1
+            if self._ready[b] == self.buckets[b][2]:
+                start, end, _ = self.buckets[b]
+                self._pending[b] = collectives.all_reduce_async(self.main_grad[start:end], self.grid.dp_group)
 
     @property
     def loss_scale(self) -> float:
@@ -108,18 +154,39 @@ class FlatAdam:
 
     def zero_grad(self) -> None:
         self.main_grad.zero_()
+        self._fired.clear()
+        self._ready = [0] * len(self.buckets)
 
     def _reduce(self) -> None:
         grid = self.grid
-        collectives.all_reduce_grads([p.main_grad for p in self.params if getattr(p, "sequence_parallel", False)],
-                                     grid.tp_group)
-        tied = self.model.tied_weights() if hasattr(self.model, "tied_weights") else []
-        collectives.all_reduce_grads([p.main_grad for p in tied], grid.embedding_group)
         if self.shards > 1:
+            collectives.all_reduce_grads([p.main_grad for p in self._late], grid.embedding_group)
             collectives.reduce_scatter_flat(self.main_grad, self.grad_shard, grid.dp_group)
         else:
-            collectives.all_reduce(self.main_grad, grid.dp_group)
+            for b, (start, end, _) in enumerate(self.buckets):
+                if b in self._pending:
+                    self._pending.pop(b).wait()
+                    self.overlapped += 1
+                else:  # a bucket the backward pass did not complete (e.g. a parameter without gradient)
+                    collectives.all_reduce(self.main_grad[start:end], grid.dp_group)
+            late = [p.main_grad for p in self._late]
+            collectives.all_reduce_grads(late, grid.embedding_group)
+            collectives.all_reduce_grads(late, grid.dp_group)
+        # sums commute: summing sequence-parallel gradients over tp after dp gives the same numbers
+        collectives.all_reduce_grads(self._sp_grads(), grid.tp_group)
         self.grad_shard.div_(grid.dp * self.loss_scale)
+
+    def _sp_grads(self) -> list[torch.Tensor]:
+        """This rank's part of the gradients of sequence-parallel parameters (in the shard, if sharded)."""
+        out = []
+        offset, lo, hi = 0, self.range.start, self.range.stop
+        for p in self.params:
+            n = p.numel()
+            a, b = max(offset, lo), min(offset + n, hi)
+            if getattr(p, "sequence_parallel", False) and b > a:
+                out.append(self.grad_shard[a - lo:b - lo])
+            offset += n
+        return out
 
     def _norm(self) -> float:
         g = self.grad_shard if self.counted is None else self.grad_shard[self.counted]
@@ -148,15 +215,18 @@ class FlatAdam:
         return False, norm
 
     def state(self) -> dict:
-        """This rank's shard of the optimizer: fp32 master weights, Adam moments, step, loss scale."""
-        groups = [self.adam.state[g["params"][0]] for g in self.adam.param_groups]
-        return {
-            "master": self.master.clone(), "numel": sum(p.numel() for p in self.params),
-            "exp_avg": torch.cat([st["exp_avg"] for st in groups]) if groups[0] else None,
-            "exp_avg_sq": torch.cat([st["exp_avg_sq"] for st in groups]) if groups[0] else None,
-            "step": float(groups[0]["step"]) if groups[0] else 0.0,
-            "scaler": vars(self.scaler).copy() if self.scaler else None,
-        }
+        """This rank's shard of the optimizer, laid out like the master shard: fp32 weights, Adam
+        moments, step count, loss scale."""
+        moments = {}
+        for key in ("exp_avg", "exp_avg_sq"):
+            flat = torch.zeros_like(self.master)
+            for view, a, b in self._views:
+                if view in self.adam.state:
+                    flat[a:b] = self.adam.state[view][key]
+            moments[key] = flat
+        steps = [float(st["step"]) for st in self.adam.state.values()]
+        return {"master": self.master.clone(), "numel": sum(p.numel() for p in self.params), **moments,
+                "step": steps[0] if steps else 0.0, "scaler": vars(self.scaler).copy() if self.scaler else None}
 
     def load_state(self, shards: list[dict]) -> None:
         """Restore from the saved shards of all dp ranks (one, when the optimizer was not distributed),
@@ -173,18 +243,11 @@ class FlatAdam:
 
         self.master.copy_(mine("master"))
         self._write_back()
-        if shards[0]["exp_avg"] is not None:
+        if shards[0]["step"] > 0:
             exp_avg, exp_avg_sq = mine("exp_avg"), mine("exp_avg_sq")
-            offset = 0
-            for group in self.adam.param_groups:
-                view = group["params"][0]
-                n = view.numel()
-                self.adam.state[view] = {
-                    "step": torch.tensor(shards[0]["step"], dtype=torch.float32),
-                    "exp_avg": exp_avg[offset:offset + n].clone().view_as(view),
-                    "exp_avg_sq": exp_avg_sq[offset:offset + n].clone().view_as(view),
-                }
-                offset += n
+            for view, a, b in self._views:
+                self.adam.state[view] = {"step": torch.tensor(shards[0]["step"], dtype=torch.float32),
+                                         "exp_avg": exp_avg[a:b].clone(), "exp_avg_sq": exp_avg_sq[a:b].clone()}
         if self.scaler is not None and shards[0]["scaler"] is not None:
             vars(self.scaler).update(shards[0]["scaler"])
 
@@ -199,10 +262,3 @@ class FlatAdam:
                 n = p.numel()
                 p.copy_(self.flat[offset:offset + n].view_as(p))
                 offset += n
-
-
-
-def _accumulate(p: torch.Tensor) -> None:
-    """Move a fresh gradient into the fp32 buffer (fp32 accumulation over micro-batches)."""
-    p.main_grad.add_(p.grad)
-    p.grad = None
