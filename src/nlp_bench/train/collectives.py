@@ -27,22 +27,6 @@ def all_reduce_async(tensor: torch.Tensor, group: dist.ProcessGroup | None):
     return dist.all_reduce(tensor, group=group, async_op=True)
 
 
-def _gather_last_dim(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
-    n = size(group)
-    if n == 1:
-        return x
-    parts = [torch.empty_like(x) for _ in range(n)]
-    dist.all_gather(parts, x.contiguous(), group=group)
-    return torch.cat(parts, dim=-1)
-
-
-def _split_last_dim(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
-    n = size(group)
-    if n == 1:
-        return x
-    return x.chunk(n, dim=-1)[dist.get_rank(group)].contiguous()
-
-
 class _CopyToGroup(torch.autograd.Function):
     """Forward: identity. Backward: sum the gradients of all ranks (entry of a column-parallel region)."""
 
@@ -68,29 +52,12 @@ class _ReduceFromGroup(torch.autograd.Function):
         return grad, None
 
 
-class _GatherFromGroup(torch.autograd.Function):
-    """Forward: concatenate the last dimension across ranks. Backward: keep this rank's slice."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _gather_last_dim(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _split_last_dim(grad, ctx.group), None
-
-
 def copy_to_group(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
     return x if size(group) == 1 else _CopyToGroup.apply(x, group)
 
 
 def reduce_from_group(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
     return x if size(group) == 1 else _ReduceFromGroup.apply(x, group)
-
-
-def gather_from_group(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
-    return x if size(group) == 1 else _GatherFromGroup.apply(x, group)
 
 
 def _gather_first_dim(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
