@@ -80,3 +80,10 @@ def test_signal_saves_and_exits_cleanly(tmp_path):
     assert "signal SIGUSR2" in out and "saved checkpoint" in out
     saved = int((tmp_path / "latest_checkpointed_iteration.txt").read_text())
     assert saved >= 2 and f"stopping after iteration {saved}" in out
+
+
+def test_loading_a_finished_run_trains_nothing_and_says_so(tmp_path):
+    train(1, "--micro-batch-size", "8", "--train-iters", "2", "--save", str(tmp_path))
+    again = train(1, "--micro-batch-size", "8", "--train-iters", "2", "--load", str(tmp_path))
+    assert "resumed from" in again.stdout and "finished at iteration 2 of 2" in again.stdout
+    assert not parse_text(again.stdout)

@@ -6,6 +6,8 @@ reader can put our job.out beside a Megatron one.
 
 from __future__ import annotations
 
+import math
+
 
 def iteration_line(*, iteration: int, total: int, consumed: int, seconds: float, lr: float, global_batch: int,
                    seq_length: int, loss: float, loss_scale: float, grad_norm: float, skipped: int, nan: int,
@@ -19,3 +21,71 @@ def iteration_line(*, iteration: int, total: int, consumed: int, seconds: float,
         f" number of nan iterations: {nan:3d} | samples per second: {global_batch / seconds:.3f} |"
         f" tokens per second: {global_batch * seq_length / seconds:.1f} | TFLOPs: {tflops:.2f} |"
     )
+
+
+class IntervalLog:
+    """One log interval's bookkeeping: losses (averaged over dp, as Megatron reports them), skipped and
+    NaN iterations, and wall time without evaluation or checkpoint saving. `emit` prints the line, and
+    writes the TensorBoard scalars, on the last rank."""
+
+    def __init__(self, grid, global_batch: int, seq_length: int, flops_per_iteration: float,
+                 tensorboard_dir: str | None) -> None:
+        import time
+
+        self._clock = time.perf_counter
+        self.grid, self.global_batch, self.seq_length = grid, global_batch, seq_length
+        self.flops_per_iteration = flops_per_iteration
+        self.board = None
+        if tensorboard_dir and grid.rank == grid.world - 1:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.board = SummaryWriter(log_dir=tensorboard_dir)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.loss, self.counted, self.iterations, self.skipped, self.nan = 0.0, 0, 0, 0, 0
+        self.started = self._clock()
+
+    def add(self, losses: list[float], skipped: bool) -> None:
+        self.iterations += 1
+        self.skipped += int(skipped)
+        if self.grid.is_last_stage and losses:
+            loss = sum(losses) / len(losses)
+            if math.isfinite(loss):
+                self.loss += loss
+                self.counted += 1
+            else:
+                self.nan += 1
+
+    def exclude(self, seconds: float) -> None:
+        """Leave time spent on something else (evaluation, saving) out of the iteration time."""
+        self.started += seconds
+
+    def emit(self, iteration: int, total: int, lr: float, loss_scale: float, grad_norm: float) -> None:
+        import torch
+
+        from nlp_bench import flops
+        from nlp_bench.train import collectives
+
+        seconds = (self._clock() - self.started) / max(self.iterations, 1)
+        sums = torch.tensor([self.loss, float(self.counted)], dtype=torch.float64)
+        collectives.all_reduce(sums, self.grid.dp_group)
+        if self.grid.rank == self.grid.world - 1:
+            loss = sums[0].item() / max(sums[1].item(), 1.0)
+            tflops = flops.tflops_per_device(self.flops_per_iteration, seconds, self.grid.world)
+            if self.board is not None:
+                for tag, value in (("lm loss", loss), ("learning-rate", lr), ("loss-scale", loss_scale),
+                                   ("grad-norm", grad_norm), ("iteration-time", seconds),
+                                   ("tokens-per-second", self.global_batch * self.seq_length / seconds),
+                                   ("TFLOPs", tflops)):
+                    self.board.add_scalar(tag, value, iteration)
+                self.board.flush()
+            print(iteration_line(iteration=iteration, total=total, consumed=iteration * self.global_batch,
+                                 seconds=seconds, lr=lr, global_batch=self.global_batch, seq_length=self.seq_length,
+                                 loss=loss, loss_scale=loss_scale, grad_norm=grad_norm, skipped=self.skipped,
+                                 nan=self.nan, tflops=tflops), flush=True)
+        self._reset()
+
+    def close(self) -> None:
+        if self.board is not None:
+            self.board.close()

@@ -22,7 +22,7 @@ from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.data import IndexedData, MockData
 from nlp_bench.train.grid import Grid, build_grid
 from nlp_bench.train.layers import TensorParallel
-from nlp_bench.train.logline import iteration_line
+from nlp_bench.train.logline import IntervalLog
 from nlp_bench.train.model import GPTConfig, GPTStage, ModelChunks
 from nlp_bench.train.optimizer import FlatAdam, LossScaler
 from nlp_bench.train.rng import ParallelRNG
@@ -224,17 +224,11 @@ def train(args: Namespace) -> int:
     start, step = checkpoint.load(args.load, args, grid, model, optimizer, rng) if args.load else (0, 0)
     if start:
         say(grid, f"resumed from {args.load} at iteration {start}")
-    interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
-    norm = 0.0
-    in_flight = 0
-    board = None
-    if args.tensorboard_dir and grid.rank == grid.world - 1:  # the rank that prints the log line
-        from torch.utils.tensorboard import SummaryWriter
-
-        board = SummaryWriter(log_dir=args.tensorboard_dir)
-    evaluated = 0
+    log = IntervalLog(grid, gbs, args.seq_length, flops_per_iter, args.tensorboard_dir)
+    norm, in_flight, iteration = 0.0, 0, start
+    evaluated = start // args.eval_interval if valid is not None else 0
     signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None
-    t_start = t_interval = time.perf_counter()
+    t_start = time.perf_counter()
     model.train()
     for iteration in range(start + 1, iterations + 1):
         lr = schedule.at(step)
@@ -249,59 +243,31 @@ def train(args: Namespace) -> int:
         if not skipped:
             step += gbs if in_samples else 1
             norm = step_norm
-        interval["skipped"] += int(skipped)
-        interval["iters"] += 1
-        if grid.is_last_stage:
-            iter_loss = sum(stats.losses) / len(stats.losses)
-            if math.isfinite(iter_loss):
-                interval["loss"] += iter_loss
-                interval["counted"] += 1
-            else:
-                interval["nan"] += 1
-
+        log.add(stats.losses, skipped)
         if iteration % args.log_interval == 0 or iteration == iterations:
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            seconds = (time.perf_counter() - t_interval) / interval["iters"]
-            totals = torch.tensor([interval["loss"], float(interval["counted"])], dtype=torch.float64)
-            collectives.all_reduce(totals, grid.dp_group)
-            if grid.rank == grid.world - 1:
-                mean_loss = totals[0].item() / max(totals[1].item(), 1.0)
-                tflops = flops.tflops_per_device(flops_per_iter, seconds, grid.world)
-                if board is not None:
-                    for tag, value in (("lm loss", mean_loss), ("learning-rate", schedule.at(step)),
-                                       ("loss-scale", optimizer.loss_scale), ("grad-norm", norm),
-                                       ("iteration-time", seconds), ("tokens-per-second", gbs * args.seq_length / seconds),
-                                       ("TFLOPs", tflops)):
-                        board.add_scalar(tag, value, iteration)
-                    board.flush()
-                print(iteration_line(iteration=iteration, total=iterations, consumed=iteration * gbs, seconds=seconds,
-                                     lr=schedule.at(step), global_batch=gbs, seq_length=args.seq_length, loss=mean_loss,
-                                     loss_scale=optimizer.loss_scale, grad_norm=norm, skipped=interval["skipped"],
-                                     nan=interval["nan"], tflops=tflops), flush=True)
-            interval = {"loss": 0.0, "counted": 0, "iters": 0, "skipped": 0, "nan": 0}
-            t_interval = time.perf_counter()
+            log.emit(iteration, iterations, schedule.at(step), optimizer.loss_scale, norm)
         if valid is not None and (iteration % args.eval_interval == 0 or iteration == iterations):
             t_eval = time.perf_counter()
             evaluate(args, grid, model, valid, evaluated, iteration, activation_shape, dtype, device, gas)
             evaluated += 1
-            t_interval += time.perf_counter() - t_eval  # evaluation is not iteration time
+            log.exclude(time.perf_counter() - t_eval)  # evaluation is not iteration time
         stop = exit_reason(args, iteration, t_start, signals)
         if args.save and (stop or iteration == iterations
                           or (args.save_interval and iteration % args.save_interval == 0)):
             t_save = time.perf_counter()
             folder = checkpoint.save(args.save, iteration, step, args, grid, model, optimizer, rng)
             say(grid, f"saved checkpoint {folder} in {time.perf_counter() - t_save:.1f} s")
-            t_interval += time.perf_counter() - t_save  # as Megatron: saving is not iteration time
+            log.exclude(time.perf_counter() - t_save)  # as Megatron: saving is not iteration time
         if stop:
             say(grid, f"stopping after iteration {iteration}: {stop}")
             break
-    say(grid, f"finished {iterations} iterations in {time.perf_counter() - t_start:.1f} s; the first pipeline stage "
-              f"held at most {in_flight} forward passes' activations at once; {optimizer.overlapped} of "
-              f"{len(optimizer.buckets) * (iteration - start)} data-parallel gradient buckets were reduced "
-              f"during the backward pass")
-    if board is not None:
-        board.close()
+    log.close()
+    say(grid, f"finished at iteration {iteration} of {iterations} after {time.perf_counter() - t_start:.1f} s; the "
+              f"first pipeline stage held at most {in_flight} forward passes' activations at once; "
+              f"{optimizer.overlapped} of {len(optimizer.buckets) * (iteration - start)} data-parallel gradient "
+              f"buckets were reduced during the backward pass")
     dist.barrier()
     dist.destroy_process_group()
     return 0
