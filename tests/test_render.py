@@ -61,7 +61,7 @@ def test_scripts_are_valid_bash(tag):
 
 def test_flag_rendering():
     assert train_flags({"a": True, "b": False, "c": None, "lr": 1e-4, "n": 3, "p": "${X}/y", "s": "a b"}) == [
-        "--a", "--lr 0.0001", "--n 3", '--p "${X}/y"', "--s 'a b'"]
+        "--a", "--lr 0.0001", "--n 3", '--p "${X}"/y', "--s 'a b'"]
     assert shell_value(1.0e-8) == "1e-08"
 
 

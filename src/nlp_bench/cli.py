@@ -66,6 +66,23 @@ def _refreshed(run_):
     return run_
 
 
+@cli.command()
+@click.argument("grid", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--tag", default=None, help="Start from this tag instead of the grid's.")
+@click.option("--system", default=None, help="Run on this system profile instead of the grid's or tag's.")
+@click.option("--dry-run", is_flag=True, help="Expand, validate and write every jobscript; submit nothing.")
+@click.option("--max-points", type=click.IntRange(min=1), default=None,
+              help="Refuse a grid that expands to more combinations than this.")
+@click.option("--no-rules", is_flag=True, help="Allow changing what the benchmark's rules fix (not a submission).")
+@click.option("-v", "--verbose", is_flag=True, help="List every dropped point.")
+@click.pass_context
+def sweep(ctx: click.Context, grid: Path, tag, system, dry_run, max_points, no_rules, verbose) -> None:
+    """Run every point of a GRID file (matrix, zip, derived, exclude, constraints)."""
+    from nlp_bench.runner import execute_sweep
+
+    ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose))
+
+
 @cli.group()
 def result() -> None:
     """Tables and exports of measured results."""

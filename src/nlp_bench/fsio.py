@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 
-def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
-    """Write to a temporary file in the same folder, then rename it over `path`."""
+def write_text_atomic(path: Path, text: str, mode: int | None = None, durable: bool = True) -> None:
+    """Write to a temporary file in the same folder, then rename it over `path`. `durable` also waits
+    for the disk (fsync): worth it for state, not for ten thousand jobscripts a sweep can write again."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -18,7 +19,8 @@ def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
@@ -32,8 +34,8 @@ def _umask() -> int:
     return current
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n", durable=durable)
 
 
 def read_json(path: Path) -> Any:

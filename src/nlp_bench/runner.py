@@ -77,39 +77,74 @@ def _watch(executor, point_dir: Path, point: Point) -> str:
 
 def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system: str | None, dry_run: bool,
                 layout: dict[str, int | None]) -> int:
-    """Returns the exit code for the CLI: 0 success, 1 a job that failed."""
+    """`bench run`: one point. Returns the exit code for the CLI: 0 success, 1 a job that failed."""
     benchmark = load_benchmark(benchmark_name)
     point = benchmark.point(tag, system, **layout)
-    executor_name = point.system.executor
-    executor = None if dry_run else get_executor(executor_name)
-    if executor_name == "slurm" and not dry_run:
+    return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, {})
+
+
+def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
+                  no_rules: bool, max_points: int | None, verbose: bool) -> int:
+    """`bench sweep`: every point of a grid file, with every dropped point and its reason kept."""
+    from nlp_bench.errors import SpecError
+    from nlp_bench.sweep.grid import LAYOUT, expand, load_grid
+
+    grid = load_grid(grid_path)
+    expansion = expand(grid, tag=tag, system=system, no_rules=no_rules, max_points=max_points)
+    dropped = [{"params": d.params, "reason": d.reason} for d in expansion.dropped]
+    say(f"grid {grid_path}: {expansion.combinations} combinations, {len(expansion.points)} points, "
+        f"{len(dropped)} dropped")
+    shown = dropped if verbose else dropped[:10]
+    for d in shown:
+        where = " ".join(f"{k}={d['params'][k]}" for k in LAYOUT)
+        say(f"  dropped {where}: {d['reason']}")
+    if len(shown) < len(dropped):
+        say(f"  ... and {len(dropped) - len(shown)} more (--verbose lists them; run.json keeps them all)")
+    if not expansion.points:
+        raise SpecError(f"none of the {expansion.combinations} combinations of {grid_path} is a runnable point")
+    first = expansion.points[0]
+    return _execute(results_dir, first.benchmark, first.tag, expansion.points, dry_run,
+                    {"grid": str(grid_path), "grid_spec": grid.raw, "dropped": dropped})
+
+
+def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], dry_run: bool,
+             extra: dict) -> int:
+    system = points[0].system
+    executor = None if dry_run else get_executor(system.executor)
+    if system.executor == "slurm" and not dry_run:
         from nlp_bench.launch.slurm import require
 
         require("sbatch")  # fail before a workspace is written
-    script = render_jobscript(point)
-    run = create_run(results_dir, benchmark.name, point.tag, point.system.name, [point], argv())
-    point_dir = write_point(run, point, script)
-    say(f"run {run.id}: {benchmark.name} tag {point.tag} on {point.system.name}, point {point.id}")
-    say(f"  workspace {point_dir}")
+    run = create_run(results_dir, benchmark, tag, system.name, points, argv(), **extra)
+    folders = [write_point(run, p, render_jobscript(p)) for p in points]
+    say(f"run {run.id}: {benchmark} tag {tag} on {system.name}, {len(points)} point(s)")
+    say(f"  workspace {run.path}")
     if dry_run:
-        say(f"  jobscript {point_dir / JOBSCRIPT} (not submitted)")
-        say(f"  submit it with: cd {shlex.quote(str(point_dir))} && sbatch {JOBSCRIPT}")
+        if len(folders) == 1:
+            say(f"  jobscript {folders[0] / JOBSCRIPT} (not submitted)")
+            say(f"  submit it with: cd {shlex.quote(str(folders[0]))} && sbatch {JOBSCRIPT}")
+        else:
+            say(f"  {len(folders)} jobscripts written (not submitted); submit them all with:")
+            say(f"  for d in {shlex.quote(str(run.path))}/*/; do (cd \"$d\" && sbatch {JOBSCRIPT}); done")
         return 0
-    if executor_name == "slurm":
-        job_id = executor.submit(point_dir)
-        say(f"  submitted Slurm job {job_id}; when it ends: bench result table {run.id}")
+    if system.executor == "slurm":
+        for folder in folders:
+            say(f"  {folder.name}: Slurm job {executor.submit(folder)}")
+        say(f"  when they end: bench result table {run.id}")
         return 0
-    executor.submit(point_dir)
-    try:
-        final = _watch(executor, point_dir, point)
-    except KeyboardInterrupt:
-        executor.cancel(point_dir)
-        console.print(f"interrupted: job cancelled; its output is in {point_dir}")
-        return 130
+    failed = 0
+    for folder, point in zip(folders, points):
+        executor.submit(folder)
+        try:
+            final = _watch(executor, folder, point)
+        except KeyboardInterrupt:
+            executor.cancel(folder)
+            console.print(f"interrupted: job cancelled; its output is in {folder}")
+            return 130
+        if final != states.COMPLETED:
+            failed += 1
+            info = states.load(folder) or {}
+            console.print(f"bench: {folder.name} ended {final} ({info.get('failure_class')}: "
+                          f"{info.get('failure_detail')}); see {folder / JOB_OUT} and {folder / JOB_ERR}")
     print(render(run_rows(run), "pretty"), end="")
-    if final != states.COMPLETED:
-        info = states.load(point_dir) or {}
-        console.print(f"bench: the job ended {final} ({info.get('failure_class')}: {info.get('failure_detail')}); "
-                      f"see {point_dir / JOB_OUT} and {point_dir / JOB_ERR}")
-        return 1
-    return 0
+    return 1 if failed else 0

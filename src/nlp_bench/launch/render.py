@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 import shlex
 from typing import Any
 
@@ -13,9 +15,10 @@ from nlp_bench.spec.benchmark import Point
 TEMPLATE = "jobscript.sbatch.j2"
 
 
-def _environment() -> jinja2.Environment:
+@functools.lru_cache(maxsize=4)
+def _environment(root: str) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(slurm_dir() / "templates")),
+        loader=jinja2.FileSystemLoader(root),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -24,12 +27,18 @@ def _environment() -> jinja2.Environment:
     )
 
 
+_VARIABLE = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})")
+
+
 def shell_value(value: Any) -> str:
-    """A flag value as a shell word; $VARIABLES in it still expand when the script runs."""
+    """A value as one shell word that runs nothing: every part is single-quoted except ${NAME}
+    references (a site's data folder, say), which stay expandable and double-quoted. `$(...)`,
+    backticks, `;`, quotes and newlines in a value are only ever text."""
     text = repr(value) if isinstance(value, float) else str(value)
-    if "$" in text:
-        return '"' + text.replace('"', '\\"') + '"'
-    return shlex.quote(text)
+    parts = [part for part in _VARIABLE.split(text) if part]
+    if not parts:
+        return "''"
+    return "".join(f'"{part}"' if _VARIABLE.fullmatch(part) else shlex.quote(part) for part in parts)
 
 
 def train_flags(train: dict[str, Any]) -> list[str]:
@@ -48,6 +57,6 @@ def render_jobscript(point: Point) -> str:
     sbatch = {**point.system.sbatch, **point.sbatch}
     job_name = sbatch.pop("job-name", f"nlp-bench-{point.tag}")
     env = {key: shell_value(value) for key, value in point.system.env.items()}
-    template = _environment().get_template(TEMPLATE)
+    template = _environment(str(slurm_dir() / "templates")).get_template(TEMPLATE)
     return template.render(p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
                            train_flags=train_flags(point.train))

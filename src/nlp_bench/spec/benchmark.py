@@ -3,6 +3,7 @@ training flags, resolved into concrete points."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,12 @@ from nlp_bench.errors import SpecError, unknown
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.layout import Layout, validate
 from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
-from nlp_bench.spec.systems import System, load_system
+from nlp_bench.spec.systems import System, check_sbatch_option, load_system
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _TOP_KEYS = {"name", "description", "default_tag", "train", "tags"}
-_TAG_KEYS = {"description", "model", "model_overrides", "system", "nodes", "tp", "pp", "mbs", "gas", "train", "sbatch"}
+_TAG_KEYS = {"description", "model", "model_overrides", "system", "nodes", "tp", "pp", "mbs", "gas", "train", "sbatch",
+             "fixed"}
 
 #: Flags the point derives from the model and layout; a tag's `train` block may not set them.
 DERIVED_FLAGS = {
@@ -36,11 +38,13 @@ class Point:
     layout: Layout
     train: dict[str, Any]
     sbatch: dict[str, Any] = field(default_factory=dict)
+    #: what a sweep changed beyond the layout (model fields, flags); part of the id when present
+    variant: str = ""
 
     @property
     def id(self) -> str:
         lay = self.layout
-        return f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}_mbs{lay.mbs}_gas{lay.gas}"
+        return f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}_mbs{lay.mbs}_gas{lay.gas}{self.variant}"
 
     @property
     def vocab_padded(self) -> int:
@@ -72,7 +76,8 @@ class Benchmark:
     tags: dict[str, dict[str, Any]]
     path: Path
 
-    def point(self, tag: str | None = None, system: str | None = None, **layout: int | None) -> Point:
+    def point(self, tag: str | None = None, system: str | None = None, *, model: dict[str, int] | None = None,
+              train: dict[str, Any] | None = None, **layout: int | None) -> Point:
         """Resolve a tag (default: the benchmark's default tag) on its own or another system.
 
         `layout` may override nodes, tp, pp, mbs and gas (None keeps the tag's value): they are the
@@ -87,16 +92,16 @@ class Benchmark:
         spec = {**self.tags[tag], **{k: v for k, v in layout.items() if v is not None}}
         where = f"{self.path}: tag {tag!r}"
         sys_ = load_system(system or spec["system"])
-        model = get_model(spec["model"], **(spec.get("model_overrides") or {}))
-        layout = validate(model, Layout(spec["nodes"], sys_.devices_per_node, spec.get("tp", 1), spec.get("pp", 1),
+        model_spec = get_model(spec["model"], **{**(spec.get("model_overrides") or {}), **(model or {})})
+        layout = validate(model_spec, Layout(spec["nodes"], sys_.devices_per_node, spec.get("tp", 1), spec.get("pp", 1),
                                         spec.get("mbs", 1), spec.get("gas", 1)))
         if sys_.max_nodes is not None and layout.nodes > sys_.max_nodes:
             raise SpecError(f"{where} asks for {layout.nodes} nodes but system {sys_.name!r} has {sys_.max_nodes}")
-        train = {**self.train, **(spec.get("train") or {})}
-        clash = DERIVED_FLAGS & set(train)
+        flags = {**self.train, **(spec.get("train") or {}), **(train or {})}
+        clash = DERIVED_FLAGS & set(flags)
         if clash:
             raise SpecError(f"{where}: train may not set {', '.join(sorted(clash))} (they follow from model and layout)")
-        return Point(self.name, tag, model, sys_, layout, train, dict(spec.get("sbatch") or {}))
+        return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}))
 
 
 def known_benchmarks() -> list[str]:
@@ -117,8 +122,15 @@ def load_benchmark(name_or_path: str = "nlp") -> Benchmark:
         raise SpecError(f"{path}: 'tags' must be a non-empty mapping")
     tags = {str(k): v for k, v in tags.items()}
     for tag, spec in tags.items():
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", tag):
+            raise SpecError(f"{path}: tag name {tag!r} may hold only letters, digits, '_', '.' and '-'")
         if not isinstance(spec, dict):
             raise SpecError(f"{path}: tag {tag!r} must be a mapping")
+        for key, value in (spec.get("sbatch") or {}).items():
+            check_sbatch_option(key, value, f"{path}: tag {tag!r}")
+        for key in spec.get("train") or {}:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(key)):
+                raise SpecError(f"{path}: tag {tag!r}: {key!r} is not a Megatron flag name")
         check_keys(spec, _TAG_KEYS, f"{path}: tag {tag!r}")
         missing = {"model", "system", "nodes"} - set(spec)
         if missing:

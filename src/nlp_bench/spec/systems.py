@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,37 @@ class System:
         return str(self.sbatch.get("partition", ""))
 
 
+_SAFE = {
+    # values the template writes verbatim: a $NAME may expand, nothing may run
+    "data_dir": re.compile(r"[A-Za-z0-9_./~${}+,:@-]*"),
+    "master_addr_suffix": re.compile(r"[A-Za-z0-9.-]*"),
+    "name": re.compile(r"[A-Za-z0-9_.-]+"),
+}
+
+
+def _check_site_values(data: dict[str, Any], path: Path) -> None:
+    for key, pattern in _SAFE.items():
+        value = data.get(key)
+        if value is not None and not (isinstance(value, str) and pattern.fullmatch(value)):
+            raise SpecError(f"{path}: {key} {value!r} holds characters a jobscript cannot take literally")
+    for key, value in (data.get("sbatch") or {}).items():
+        check_sbatch_option(key, value, str(path))
+    for key in data.get("env") or {}:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
+            raise SpecError(f"{path}: env name {key!r} is not a shell variable name")
+    if not isinstance(data.get("master_port", 6000), int):
+        raise SpecError(f"{path}: master_port must be a number")
+
+
+def check_sbatch_option(key: Any, value: Any, where: str) -> None:
+    """An #SBATCH option must stay one comment line: a newline would start a line the shell runs."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", str(key)):
+        raise SpecError(f"{where}: {key!r} is not an sbatch option name")
+    text = str(value)
+    if not text or any(c in text for c in "\n\r\x00") or not text.isprintable():
+        raise SpecError(f"{where}: sbatch {key} value {value!r} must be one printable line")
+
+
 def systems_dir() -> Path:
     return slurm_dir() / "systems"
 
@@ -54,10 +87,16 @@ def known_systems() -> list[str]:
 
 
 def load_system(name: str) -> System:
-    """A system profile by name (the file slurm/systems/<name>.yaml)."""
+    """A system profile by name (the file slurm/systems/<name>.yaml); parsed once per version of the file,
+    since a sweep asks for the same profile for every point."""
     path = systems_dir() / f"{name}.yaml"
     if not path.is_file():
         raise SpecError(unknown("system", name, known_systems()))
+    return _parse_system(path, path.stat().st_mtime_ns, name)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
     data = load_yaml(path, "system profile")
     check_keys(data, _KEYS, str(path))
     missing = _REQUIRED - set(data)
@@ -72,6 +111,7 @@ def load_system(name: str) -> System:
     if data["backend"] not in ("nccl", "gloo", "xla"):
         raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
     data.setdefault("description", "")
+    _check_site_values(data, path)
     for key in ("sbatch", "env"):
         if not isinstance(data.get(key) or {}, dict):
             raise SpecError(f"{path}: {key} must be a mapping")

@@ -66,13 +66,14 @@ class Run:
         return sorted(p.parent for p in self.path.glob(f"*/{POINT_JSON}"))
 
 
-def create_run(root: Path, benchmark: str, tag: str, system: str, points: list[Point], argv: list[str]) -> Run:
-    """A new run folder with run.json describing what was asked."""
+def create_run(root: Path, benchmark: str, tag: str, system: str, points: list[Point], argv: list[str],
+               **extra: Any) -> Run:
+    """A new run folder with run.json describing what was asked (`extra`: the grid and what it dropped)."""
     run = Run(Path(root) / benchmark / new_run_id())
     run.path.mkdir(parents=True, exist_ok=False)
     write_json_atomic(run.path / RUN_JSON, {
         "id": run.id, "benchmark": benchmark, "tags": [tag], "system": system, "created": now_iso(),
-        "command": argv, "points": [p.id for p in points], "versions": versions(),
+        "command": argv, "points": [p.id for p in points], "versions": versions(), **extra,
     })
     return run
 
@@ -81,8 +82,8 @@ def write_point(run: Run, point: Point, jobscript: str) -> Path:
     """The point's folder with point.json and its jobscript (executable, so it also runs by hand)."""
     folder = run.path / point.id
     folder.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(folder / POINT_JSON, point.to_dict())
-    write_text_atomic(folder / JOBSCRIPT, jobscript, mode=0o755)
+    write_json_atomic(folder / POINT_JSON, point.to_dict(), durable=False)
+    write_text_atomic(folder / JOBSCRIPT, jobscript, mode=0o755, durable=False)
     return folder
 
 

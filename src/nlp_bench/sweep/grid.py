@@ -1,0 +1,225 @@
+"""Grid files: which points a sweep runs.
+
+    benchmark: nlp            # name or path (default nlp)
+    tag: "13"                 # the point every axis starts from
+    system: juwels-booster    # optional: another system profile
+    matrix:                   # cross product of these lists
+      tp: [1, 2, 4]
+      pp: [2, 4]
+    zip:                      # lists stepped together (equal lengths), crossed with the matrix
+      nodes: [8, 16]
+      gas: [256, 128]
+    derived:                  # values computed from the others, in order
+      mbs: "1 if tp < 4 else 2"
+    exclude:                  # drop points where an expression holds
+      - "tp * pp > 16"
+    constraints:              # keep only points where every expression holds
+      - "gas >= pp"
+    train:                    # Megatron flags added to every point
+      log-interval: 5
+
+Values are always YAML lists, never comma strings; expressions go through sweep.expr, never eval.
+Every point that is dropped is kept with its reason: a layout rule, an exclude, a constraint, a
+benchmark rule, or being a duplicate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nlp_bench.errors import LayoutError, SpecError, did_you_mean
+from nlp_bench.spec.benchmark import Benchmark, Point, load_benchmark
+from nlp_bench.spec.models import ModelSpec
+from nlp_bench.spec.yamlio import check_keys, load_yaml
+from nlp_bench.sweep.expr import EvaluationError, Expression
+
+LAYOUT = ("nodes", "tp", "pp", "mbs", "gas")
+MODEL = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
+         "max_position_embeddings")
+PRECISIONS = ("fp32", "bf16", "fp16")
+PARAMETERS = (*LAYOUT, *MODEL, "precision")
+_KEYS = {"benchmark", "tag", "system", "description", "matrix", "zip", "derived", "exclude", "constraints", "train"}
+
+
+@dataclass
+class Grid:
+    path: Path
+    benchmark: str
+    tag: str | None
+    system: str | None
+    matrix: dict[str, list]
+    zipped: dict[str, list]
+    derived: list[tuple[str, Expression]]
+    exclude: list[Expression]
+    constraints: list[Expression]
+    train: dict[str, Any]
+    raw: dict[str, Any]
+
+
+@dataclass
+class Dropped:
+    params: dict[str, Any]
+    reason: str
+
+
+@dataclass
+class Expansion:
+    points: list[Point] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    combinations: int = 0
+
+
+def _parameter(name: Any, where: str) -> str:
+    if name not in PARAMETERS:
+        raise SpecError(f"{where}: unknown parameter {name!r}{did_you_mean(str(name), PARAMETERS)}; "
+                        f"parameters: {', '.join(PARAMETERS)}")
+    return name
+
+
+def _axis(values: Any, where: str) -> list:
+    if not isinstance(values, list):
+        hint = " (write a YAML list such as [1, 2], not a comma string)" if isinstance(values, str) else ""
+        raise SpecError(f"{where}: values must be a YAML list, got {type(values).__name__}{hint}")
+    if not values:
+        raise SpecError(f"{where}: the list is empty")
+    for v in values:
+        if isinstance(v, (dict, list)) or v is None:
+            raise SpecError(f"{where}: values must be numbers or strings, got {v!r}")
+    return values
+
+
+def load_grid(path: str | Path) -> Grid:
+    path = Path(path)
+    data = load_yaml(path, "grid")
+    check_keys(data, _KEYS, str(path))
+    matrix: dict[str, list] = {}
+    zipped: dict[str, list] = {}
+    for key, target in (("matrix", matrix), ("zip", zipped)):
+        block = data.get(key) or {}
+        if not isinstance(block, dict):
+            raise SpecError(f"{path}: {key} must be a mapping of parameter to list")
+        for name, values in block.items():
+            target[_parameter(name, f"{path}: {key}")] = _axis(values, f"{path}: {key}.{name}")
+    if zipped and len({len(v) for v in zipped.values()}) > 1:
+        lengths = ", ".join(f"{k}: {len(v)}" for k, v in zipped.items())
+        raise SpecError(f"{path}: zip lists must have equal lengths ({lengths})")
+    both = set(matrix) & set(zipped)
+    if both:
+        raise SpecError(f"{path}: {', '.join(sorted(both))} is both in matrix and zip")
+    derived_block = data.get("derived") or {}
+    if not isinstance(derived_block, dict):
+        raise SpecError(f"{path}: derived must be a mapping of parameter to expression")
+    derived = []
+    for name, text in derived_block.items():
+        _parameter(name, f"{path}: derived")
+        if name in matrix or name in zipped:
+            raise SpecError(f"{path}: derived.{name} is also an axis")
+        derived.append((name, Expression(text, f"{path}: derived.{name}")))
+    rules = {}
+    for key in ("exclude", "constraints"):
+        block = data.get(key) or []
+        if not isinstance(block, list):
+            raise SpecError(f"{path}: {key} must be a list of expressions")
+        rules[key] = [Expression(text, f"{path}: {key}[{i}]") for i, text in enumerate(block)]
+    train = data.get("train") or {}
+    if not isinstance(train, dict):
+        raise SpecError(f"{path}: train must be a mapping of Megatron flag to value")
+    for key in train:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(key)):
+            raise SpecError(f"{path}: train: {key!r} is not a Megatron flag name")
+    for key in ("benchmark", "tag", "system"):
+        if key in data and not isinstance(data[key], (str, int)):
+            raise SpecError(f"{path}: {key} must be a name")
+    bench = str(data.get("benchmark", "nlp"))
+    if bench.endswith((".yaml", ".yml")) and not Path(bench).is_absolute():
+        bench = str(path.parent / bench)
+    return Grid(path, bench, None if data.get("tag") is None else str(data["tag"]),
+                None if data.get("system") is None else str(data["system"]), matrix, zipped, derived,
+                rules["exclude"], rules["constraints"], dict(train), data)
+
+
+def _base(benchmark: Benchmark, tag: str, model: ModelSpec, point: Point) -> dict[str, Any]:
+    train = point.train
+    precision = "bf16" if train.get("bf16") else "fp16" if train.get("fp16") else "fp32"
+    lay = point.layout
+    return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "mbs": lay.mbs, "gas": lay.gas, "precision": precision,
+            **{name: getattr(model, name) for name in MODEL}}
+
+
+def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False,
+           max_points: int | None = None) -> Expansion:
+    """All points of the grid, each either kept (resolved) or dropped with its reason."""
+    benchmark = load_benchmark(grid.benchmark)
+    tag = tag if tag is not None else grid.tag
+    system = system if system is not None else grid.system
+    start = benchmark.point(tag, system)
+    base = _base(benchmark, start.tag, start.model, start)
+    fixed = set(benchmark.tags[start.tag].get("fixed") or [])
+    touched = (set(grid.matrix) | set(grid.zipped) | {n for n, _ in grid.derived}) & fixed
+    if ({"bf16", "fp16"} & set(grid.train)) and "precision" in fixed:
+        touched.add("precision")
+    if touched and not no_rules:
+        raise SpecError(f"the benchmark's rules fix {', '.join(sorted(touched))} for tag {start.tag}; a sweep "
+                        f"that changes them is not a benchmark submission: pass --no-rules to run it anyway")
+    names = list(grid.matrix)
+    combos = list(itertools.product(*(grid.matrix[n] for n in names))) or [()]
+    rows = list(zip(*grid.zipped.values())) or [()]
+    total = len(combos) * len(rows)
+    if max_points is not None and total > max_points:
+        raise SpecError(f"the grid expands to {total} combinations, more than --max-points {max_points}")
+    out = Expansion(combinations=total)
+    seen: dict[str, dict] = {}
+    for combo in combos:
+        for row in rows:
+            params = {**base, **dict(zip(names, combo)), **dict(zip(grid.zipped, row))}
+            try:
+                for name, expr in grid.derived:
+                    params[name] = expr(params)
+                reason = next((f"excluded by {e.text!r}" for e in grid.exclude if e(params)), None)
+                reason = reason or next((f"constraint {c.text!r} does not hold" for c in grid.constraints
+                                         if not c(params)), None)
+                if reason:
+                    out.dropped.append(Dropped(params, reason))
+                    continue
+                point = _resolve(benchmark, start.tag, system, params, base, grid.train)
+            except (EvaluationError, LayoutError) as exc:  # this point cannot be; the grid itself is fine
+                out.dropped.append(Dropped(params, str(exc)))
+                continue
+            if point.id in seen:
+                out.dropped.append(Dropped(params, f"duplicate of point {point.id}"))
+                continue
+            seen[point.id] = params
+            out.points.append(point)
+    return out
+
+
+def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[str, Any], base: dict[str, Any],
+             train: dict[str, Any]) -> Point:
+    for name in (*LAYOUT, *MODEL):
+        value = params[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise EvaluationError(f"{name} must be an integer, got {value!r}")
+    precision = params["precision"]
+    if precision not in PRECISIONS:
+        raise EvaluationError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    extra = dict(train)
+    changed: dict[str, Any] = {n: params[n] for n in MODEL if params[n] != base[n]}
+    if precision != base["precision"]:
+        extra.update(bf16=precision == "bf16", fp16=precision == "fp16")
+        changed["precision"] = precision
+    model = {n: v for n, v in changed.items() if n in MODEL}
+    point = benchmark.point(tag, system, model=model or None, train=extra or None,
+                            **{n: params[n] for n in LAYOUT})
+    if not changed:
+        return point
+    # points that differ in more than the layout carry a short digest of the difference in their id
+    digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:6]
+    return dataclasses.replace(point, variant=f"_v{digest}")
+
