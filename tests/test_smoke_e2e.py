@@ -101,3 +101,17 @@ def test_interrupted_run_cancels_its_job_and_keeps_what_it_measured(tmp_path):
     table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
     row = dict(zip(*(line.split(",") for line in table.stdout.splitlines()[:2])))
     assert row["state"] == "CANCELLED" and row["failure_class"] == "cancelled" and float(row["Tokens/sec"]) > 0
+
+
+def test_local_sweep_runs_every_point(tmp_path):
+    from conftest import run_bench
+
+    (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {tp: [1, 2]}\ntrain: {train-iters: 6, log-interval: 2, "
+                                     "eval-iters: 0}\n")
+    proc = run_bench("sweep", "g.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
+    rows = [dict(zip(table.stdout.splitlines()[0].split(","), line.split(",")))
+            for line in table.stdout.splitlines()[1:]]
+    assert sorted(r["Tensor_Parallel"] for r in rows) == ["1", "2"]
+    assert all(r["state"] == "COMPLETED" and float(r["Tokens/sec"]) > 0 and r["Iterations"] == "6" for r in rows)

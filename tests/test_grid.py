@@ -1,0 +1,135 @@
+"""Grid files: expansion semantics, every dropped point with its reason, safe expressions, rules."""
+
+import json
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT, run_bench
+from nlp_bench.errors import SpecError
+from nlp_bench.sweep.expr import Expression
+from nlp_bench.sweep.grid import expand, load_grid
+
+
+def grid(tmp_path, text: str):
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    return load_grid(path)
+
+
+def test_matrix_zip_derived_exclude_constraints(tmp_path):
+    g = grid(tmp_path, """
+tag: "13"
+matrix: {tp: [1, 2, 4], mbs: [1, 2]}
+zip: {nodes: [8, 16], pp: [4, 2]}
+derived: {gas: "1024 // (nodes * 4 // (tp * pp) * mbs)"}
+exclude: ["tp == 4 and mbs == 2"]
+constraints: ["gas <= 128"]
+""")
+    e = expand(g)
+    assert e.combinations == 3 * 2 * 2
+    kept = {(p.layout.nodes, p.layout.tp, p.layout.pp, p.layout.mbs, p.layout.gas) for p in e.points}
+    assert all(p.layout.global_batch_size == 1024 for p in e.points)
+    assert (8, 2, 4, 2, 128) in kept and (16, 1, 2, 2, 16) in kept and (8, 4, 4, 1, 512) not in kept
+    reasons = [d.reason for d in e.dropped]
+    assert sum("excluded by 'tp == 4 and mbs == 2'" in r for r in reasons) == 2
+    assert any("constraint 'gas <= 128' does not hold" in r for r in reasons)
+    assert len(e.points) + len(e.dropped) == e.combinations
+
+
+def test_layout_rules_and_duplicates_are_reasons(tmp_path):
+    e = expand(grid(tmp_path, 'tag: "13"\nmatrix: {tp: [3, 2, 2]}\n'))
+    assert [p.layout.tp for p in e.points] == [2]
+    assert "tp 3 must divide the number of attention heads 32" in e.dropped[0].reason
+    assert e.dropped[1].reason.startswith("duplicate of point gpt-13b_n8_tp2")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("matrix: {tpp: [1]}", r"unknown parameter 'tpp' \(did you mean 'tp'\?\)"),
+    ("matrix: {tp: 1,2}", "must be a YAML list"),
+    ("matrix: {tp: '1,2'}", "not a comma string"),
+    ("zip: {tp: [1, 2], pp: [1]}", "equal lengths"),
+    ("derived: {gas: 'tp +'}", "cannot parse"),
+    ("derived: {gas: \"__import__('os').system('touch PWNED')\"}", "only min, max, abs, int may be called"),
+    ("derived: {gas: 'tp.__class__'}", "Attribute is not allowed"),
+    ("derived: {gas: 'tpp * 2'}", "unknown parameter 'tpp'"),
+    ("exclude: tp == 1", "must be a list"),
+    ("matrixx: {tp: [1]}", r"unknown key 'matrixx' \(did you mean 'matrix'\?\)"),
+    ("train: {'lr; touch x': 1}", "not a Megatron flag name"),
+])
+def test_grid_errors_are_clear(tmp_path, text, message):
+    with pytest.raises(SpecError, match=message):
+        expand(grid(tmp_path, 'tag: "13"\n' + text + "\n"))
+    assert not list(tmp_path.glob("PWNED"))
+
+
+def test_benchmark_rules_need_no_rules(tmp_path):
+    g = grid(tmp_path, 'tag: "175"\nmatrix: {hidden_size: [12288, 6144], precision: [bf16]}\n')
+    with pytest.raises(SpecError, match="rules fix hidden_size.*--no-rules"):
+        expand(g)
+    e = expand(g, no_rules=True)
+    assert {p.model.hidden_size for p in e.points} == {12288, 6144}
+    assert len({p.id for p in e.points}) == 2
+    smoke = expand(grid(tmp_path, "tag: smoke\nmatrix: {precision: [fp32, bf16]}\n"))
+    assert [bool(p.train.get("bf16")) for p in smoke.points] == [False, True]
+
+
+def test_max_points(tmp_path):
+    with pytest.raises(SpecError, match="expands to 6 combinations, more than --max-points 5"):
+        expand(grid(tmp_path, 'tag: "13"\nmatrix: {tp: [1, 2, 4], mbs: [1, 2]}\n'), max_points=5)
+
+
+def test_expressions_are_safe_and_total():
+    e = Expression("max(1, a // b) if b else -1", "t")
+    assert e({"a": 7, "b": 2}) == 3 and e({"a": 7, "b": 0}) == -1 and e.names == {"a", "b"}
+    with pytest.raises(SpecError, match="too large"):
+        Expression("2 ** 100000", "t")({})
+
+
+def test_sweep_dry_run_writes_every_point_and_the_reasons(tmp_path):
+    proc = run_bench("sweep", str(ROOT / "benchmark" / "grids" / "13b-tp-pp-mbs.yaml"), "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_json = next(tmp_path.glob("results/nlp/*/run.json"))
+    meta = json.loads(run_json.read_text())
+    scripts = list(run_json.parent.glob("*/jobscript.sbatch"))
+    assert len(scripts) == len(meta["points"]) == 45
+    assert len(meta["dropped"]) == 3 and all(d["reason"] for d in meta["dropped"])
+    assert "45 points, 3 dropped" in proc.stdout and "sbatch jobscript.sbatch" in proc.stdout
+    table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
+    assert table.stdout.count("NOT_SUBMITTED") == 45
+
+
+GRID_VALUES = st.one_of(st.integers(-3, 64), st.text(max_size=8), st.lists(st.integers(0, 8), max_size=3),
+                        st.none(), st.floats(allow_nan=True))
+GRID_FILES = st.dictionaries(
+    st.sampled_from(["tag", "system", "matrix", "zip", "derived", "exclude", "constraints", "train", "bogus"]),
+    st.one_of(GRID_VALUES, st.dictionaries(st.sampled_from(["tp", "pp", "mbs", "gas", "nodes", "precision", "x"]),
+                                           GRID_VALUES, max_size=3),
+              st.lists(st.text(max_size=12), max_size=2)),
+    max_size=4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(GRID_FILES)
+def test_fuzzed_grid_files_fail_cleanly(tmp_path, data):
+    """Whatever a grid file holds: success, or one line and exit 2, and no half-written run."""
+    from click.testing import CliRunner
+
+    from nlp_bench.cli import cli
+
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(data))
+    results = tmp_path / "r"
+    out = CliRunner().invoke(cli, ["--results-dir", str(results), "sweep", str(path), "--dry-run",
+                                   "--max-points", "50"], catch_exceptions=True)
+    assert out.exception is None or isinstance(out.exception, SystemExit), repr(out.exception)
+    assert out.exit_code in (0, 2), out.output
+    if out.exit_code == 2:
+        errors = [line for line in out.output.splitlines() if line.startswith("bench: error:")
+                  or line.startswith("Error:")]
+        assert len(errors) == 1, out.output
+    for run_json in results.glob("*/*/run.json"):
+        meta = json.loads(run_json.read_text())
+        assert len(list(run_json.parent.glob("*/jobscript.sbatch"))) == len(meta["points"])
