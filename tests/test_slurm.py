@@ -67,7 +67,7 @@ def test_smoke_benchmark_through_slurm(slurm_cluster, tmp_path):
     """sbatch -> srun -> torchrun (c10d rendezvous on the first node) -> trainer -> parsed row."""
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "submitted Slurm job" in proc.stdout
+    assert ": Slurm job " in proc.stdout and "when they end: bench result table" in proc.stdout
     deadline = time.monotonic() + 300
     table = None
     while time.monotonic() < deadline:
