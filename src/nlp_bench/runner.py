@@ -1,4 +1,5 @@
-"""`bench run`: the pipeline from a tag to a result row, spec -> render -> workspace -> launch -> analyse."""
+"""`bench run` and `bench sweep`: the pipeline from a tag or a grid to result rows, spec -> render -> workspace
+-> launch -> analyse."""
 
 from __future__ import annotations
 
