@@ -74,3 +74,14 @@ def test_dry_run_and_table_do_not_import_torch(tmp_path):
 def test_version():
     proc = run_bench("--version", cwd=ROOT)
     assert proc.returncode == 0 and "nlp-bench" in proc.stdout
+
+
+def test_status_and_cancel_of_a_dry_run(tmp_path):
+    assert run_bench("run", "--tag", "13", "--dry-run", cwd=tmp_path).returncode == 0
+    run_id = next(tmp_path.glob("results/nlp/*")).name
+    status = run_bench("status", cwd=tmp_path)
+    assert status.returncode == 0 and "NOT_SUBMITTED" in status.stdout and "gpt-13b_n8_tp2_pp4_mbs1_gas256" in status.stdout
+    assert "nothing to cancel" in run_bench("cancel", run_id, cwd=tmp_path).stdout
+    bad = run_bench("cancel", run_id, "nosuch", cwd=tmp_path)
+    assert bad.returncode == 2
+    _one_line_error(bad, "unknown point of run", "'nosuch'")

@@ -81,3 +81,27 @@ def test_smoke_benchmark_through_slurm(slurm_cluster, tmp_path):
     row = dict(zip(table.stdout.splitlines()[0].split(","), table.stdout.splitlines()[1].split(",")))
     assert row["system"] == "local-slurm" and row["queue"] == "debug" and float(row["Tokens/sec"]) > 0
     assert row["Iterations"] == "40"
+
+
+def test_status_and_cancel_of_a_running_job(slurm_cluster, tmp_path):
+    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_id = next(tmp_path.glob("results/nlp/*")).name
+    log = next(tmp_path.glob("results/nlp/*/*/")) / "job.out"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.is_file() and " iteration " in log.read_text()):
+        time.sleep(0.5)
+    status = run_bench("status", run_id, cwd=tmp_path)
+    assert status.returncode == 0 and "RUNNING" in status.stdout, status.stdout + status.stderr
+    assert "/40" in status.stdout  # the last iteration, out of the planned ones
+    cancelled = run_bench("cancel", run_id, cwd=tmp_path)
+    assert cancelled.returncode == 0 and "cancel requested" in cancelled.stdout
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = run_bench("status", run_id, cwd=tmp_path)
+        if "CANCELLED" in status.stdout:
+            break
+        time.sleep(1)
+    assert "CANCELLED" in status.stdout, status.stdout
+    again = run_bench("cancel", run_id, cwd=tmp_path)
+    assert "nothing to cancel" in again.stdout

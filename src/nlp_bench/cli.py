@@ -83,6 +83,67 @@ def sweep(ctx: click.Context, grid: Path, tag, system, dry_run, max_points, no_r
     ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose))
 
 
+@cli.command()
+@click.argument("run_ref", metavar="[RUN]", required=False)
+@click.option("--watch", is_flag=True, help="Refresh until every point has ended.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=5.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.pass_context
+def status(ctx: click.Context, run_ref: str | None, watch: bool, interval: float) -> None:
+    """Show where every point of RUN stands (default: the newest run)."""
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from nlp_bench.launch import states
+    from nlp_bench.report.status import point_status, status_table
+    from nlp_bench.sweep.workspace import find_run
+
+    run_ = find_run(ctx.obj["results_dir"], run_ref)
+
+    def snapshot():
+        _refreshed(run_)
+        rows = [point_status(p) for p in run_.point_dirs()]
+        return rows, status_table(rows, f"run {run_.id}")
+
+    rows, table = snapshot()
+    console = Console(width=max(120, Console().width))
+    if not watch:
+        console.print(table)
+        return
+    with Live(table, console=console, refresh_per_second=4) as live:
+        while not all(r["state"] in states.TERMINAL or r["state"] == "NOT_SUBMITTED" for r in rows):
+            time.sleep(interval)
+            rows, table = snapshot()
+            live.update(table)
+
+
+@cli.command()
+@click.argument("run_ref", metavar="RUN")
+@click.argument("points", nargs=-1)
+@click.pass_context
+def cancel(ctx: click.Context, run_ref: str, points: tuple[str, ...]) -> None:
+    """Cancel the unfinished jobs of RUN, or only of the named POINTs."""
+    from nlp_bench.errors import ResultError, unknown
+    from nlp_bench.launch import states
+    from nlp_bench.launch.executor import get_executor
+    from nlp_bench.sweep.workspace import find_run
+
+    run_ = find_run(ctx.obj["results_dir"], run_ref)
+    folders = {p.name: p for p in run_.point_dirs()}
+    for name in points:
+        if name not in folders:
+            raise ResultError(unknown(f"point of run {run_.id}:", name, folders))
+    for name in points or folders:
+        info = states.load(folders[name]) or {}
+        if "executor" not in info or info.get("state") in states.TERMINAL:
+            click.echo(f"{name}: {info.get('state', 'NOT_SUBMITTED')}, nothing to cancel")
+            continue
+        get_executor(info["executor"]).cancel(folders[name])
+        click.echo(f"{name}: cancel requested (job {info['job_id']})")
+
+
 @cli.group()
 def result() -> None:
     """Tables and exports of measured results."""

@@ -1,0 +1,55 @@
+"""`bench status`: where every point of a run stands: state, elapsed time, last iteration, tokens/s, ETA."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from nlp_bench.analysis.parsers import parse_file
+from nlp_bench.fsio import read_json
+from nlp_bench.sweep.workspace import JOB_OUT, POINT_JSON, STATE_JSON, read_optional
+
+COLUMNS = ("point", "state", "job", "elapsed", "iteration", "tokens/s", "ETA", "failure")
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def point_status(point_dir: Path) -> dict[str, Any]:
+    point = read_json(point_dir / POINT_JSON)
+    state = read_optional(point_dir / STATE_JSON) or {}
+    records = parse_file(point_dir / JOB_OUT) if (point_dir / JOB_OUT).is_file() else []
+    last = records[-1] if records else None
+    elapsed = None
+    if state.get("started"):
+        end = datetime.fromisoformat(state["finished"]) if state.get("finished") else datetime.now(timezone.utc)
+        elapsed = (end - datetime.fromisoformat(state["started"])).total_seconds()
+    tokens = eta = None
+    if last is not None:
+        tokens = (last.global_batch_size or point["layout"]["global_batch_size"]) * point["model"]["seq_length"] \
+            / last.iteration_time_s
+        if state.get("state") == "RUNNING":
+            eta = (last.total_iterations - last.iteration) * last.iteration_time_s
+    return {
+        "point": point["id"], "state": state.get("state", "NOT_SUBMITTED"), "job": state.get("job_id") or "-",
+        "elapsed": _clock(elapsed), "iteration": f"{last.iteration}/{last.total_iterations}" if last else "-",
+        "tokens/s": f"{tokens:,.0f}" if tokens else "-", "ETA": _clock(eta),
+        "failure": f"{state['failure_class']}: {state.get('failure_detail')}" if state.get("failure_class") else "",
+    }
+
+
+def status_table(rows: list[dict[str, Any]], title: str):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold")
+    for column in COLUMNS:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(str(row[c]) for c in COLUMNS))
+    return table
