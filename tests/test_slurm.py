@@ -1,5 +1,6 @@
 """The Slurm executor against a real slurmctld/slurmd started by the tests' own fixture."""
 
+import json
 import time
 
 import pytest
@@ -65,19 +66,11 @@ def test_refused_submission_is_a_clear_error(slurm_cluster, tmp_path):
 @pytest.mark.slow
 def test_smoke_benchmark_through_slurm(slurm_cluster, tmp_path):
     """sbatch -> srun -> torchrun (c10d rendezvous on the first node) -> trainer -> parsed row."""
-    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert ": Slurm job " in proc.stdout and "when they end: bench result table" in proc.stdout
-    deadline = time.monotonic() + 300
-    table = None
-    while time.monotonic() < deadline:
-        table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
-        if any(s in table.stdout for s in (",COMPLETED,", ",FAILED,", ",CANCELLED,", ",TIMEOUT,")):
-            break
-        time.sleep(2)
+    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", "--wait", cwd=tmp_path)
     folder = next(tmp_path.glob("results/nlp/*/*/"))
-    assert ",COMPLETED," in table.stdout, table.stdout + (folder / "job.out").read_text()[-3000:] + \
-        (folder / "job.err").read_text()[-3000:]
+    assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "job.err").read_text()[-3000:]
+    assert ": Slurm job " in proc.stdout and "COMPLETED" in proc.stdout  # --wait prints the table at the end
+    table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
     row = dict(zip(table.stdout.splitlines()[0].split(","), table.stdout.splitlines()[1].split(",")))
     assert row["system"] == "local-slurm" and row["queue"] == "debug" and float(row["Tokens/sec"]) > 0
     assert row["Iterations"] == "40"
@@ -105,3 +98,30 @@ def test_status_and_cancel_of_a_running_job(slurm_cluster, tmp_path):
     assert "CANCELLED" in status.stdout, status.stdout
     again = run_bench("cancel", run_id, cwd=tmp_path)
     assert "nothing to cancel" in again.stdout
+
+
+def test_resume_runs_only_what_did_not_complete(slurm_cluster, tmp_path):
+    (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {tp: [1, 2]}\n"
+                                     "train: {train-iters: 6, lr-warmup-iters: 2, log-interval: 2, eval-iters: 0}\n")
+    dry = run_bench("sweep", "g.yaml", "--system", "local-slurm", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    run_dir = next(tmp_path.glob("results/nlp/*"))
+    good, bad = sorted(run_dir.glob("*/jobscript.sbatch"))
+    original = bad.read_text()
+    bad.write_text(original.replace("set -uo pipefail", "set -uo pipefail\necho 'ValueError: broken on purpose' >&2; exit 3", 1))
+    first = run_bench("sweep", "--resume", run_dir.name, "--wait", cwd=tmp_path)
+    assert first.returncode == 1, first.stdout + first.stderr
+    states = {p.parent.name: json.loads((p.parent / "state.json").read_text()) for p in (good, bad)}
+    assert states[good.parent.name]["state"] == "COMPLETED"
+    assert (states[bad.parent.name]["state"], states[bad.parent.name]["failure_class"]) == ("FAILED", "python_exception")
+    kept = (good.parent / "result.json").read_text()
+    good_job = states[good.parent.name]["job_id"]
+
+    bad.write_text(original)  # repaired: resume must run only this point
+    second = run_bench("sweep", "--resume", run_dir.name, "--wait", cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "1 point(s) to run again" in second.stdout and f"kept {good.parent.name} (COMPLETED)" in second.stdout
+    assert json.loads((good.parent / "state.json").read_text())["job_id"] == good_job
+    assert (good.parent / "result.json").read_text() == kept, "a finished result must never be overwritten"
+    assert "broken on purpose" in (bad.parent / "job.err.1").read_text()
+    assert json.loads((bad.parent / "state.json").read_text())["state"] == "COMPLETED"

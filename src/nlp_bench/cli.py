@@ -47,13 +47,18 @@ def cli(ctx: click.Context, results_dir: Path) -> None:
 @click.option("--mbs", type=int, default=None, help="Override micro-batch size.")
 @click.option("--gas", type=int, default=None, help="Override gradient-accumulation steps.")
 @click.option("--dry-run", is_flag=True, help="Write the workspace and jobscript; do not submit.")
+@click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until the job ends, then print the row.")
+@click.option("--resume", "resume_ref", metavar="RUN", default=None,
+              help="Run again the points of RUN that did not complete (nothing else is read).")
 @click.pass_context
-def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, dry_run) -> None:
+def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, dry_run, wait_, resume_ref) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm)."""
-    from nlp_bench.runner import execute_run
+    from nlp_bench.runner import execute_run, resume
 
+    if resume_ref:
+        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, wait_))
     code = execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
-                       dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas))
+                       dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas), wait_)
     ctx.exit(code)
 
 
@@ -67,7 +72,7 @@ def _refreshed(run_):
 
 
 @cli.command()
-@click.argument("grid", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("grid", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option("--tag", default=None, help="Start from this tag instead of the grid's.")
 @click.option("--system", default=None, help="Run on this system profile instead of the grid's or tag's.")
 @click.option("--dry-run", is_flag=True, help="Expand, validate and write every jobscript; submit nothing.")
@@ -75,12 +80,21 @@ def _refreshed(run_):
               help="Refuse a grid that expands to more combinations than this.")
 @click.option("--no-rules", is_flag=True, help="Allow changing what the benchmark's rules fix (not a submission).")
 @click.option("-v", "--verbose", is_flag=True, help="List every dropped point.")
+@click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until every job ends, then print the table.")
+@click.option("--resume", "resume_ref", metavar="RUN", default=None,
+              help="Run again the points of RUN that did not complete, instead of a GRID.")
 @click.pass_context
-def sweep(ctx: click.Context, grid: Path, tag, system, dry_run, max_points, no_rules, verbose) -> None:
+def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, wait_,
+          resume_ref) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints)."""
-    from nlp_bench.runner import execute_sweep
+    from nlp_bench.runner import execute_sweep, resume
 
-    ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose))
+    if resume_ref:
+        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, wait_))
+    if grid is None:
+        raise click.UsageError("give a GRID file, or --resume RUN")
+    ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose,
+                           wait_))
 
 
 @cli.command()

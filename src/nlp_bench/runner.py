@@ -15,7 +15,8 @@ from nlp_bench.launch.executor import get_executor, wait
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.report.table import render
 from nlp_bench.spec.benchmark import Point, load_benchmark
-from nlp_bench.sweep.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT, argv, create_run, write_point
+from nlp_bench.fsio import read_json
+from nlp_bench.sweep.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, argv, create_run, write_point
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -25,12 +26,13 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def planned_iterations(point: Point) -> int | None:
-    train = point.train
+def planned_iterations(point: dict) -> int | None:
+    """Iterations the trainer will run, from a point.json."""
+    train = point["train"]
     if train.get("train-iters"):
         return int(train["train-iters"])
     if train.get("train-samples"):
-        return int(train["train-samples"]) // point.layout.global_batch_size
+        return int(train["train-samples"]) // point["layout"]["global_batch_size"]
     return None
 
 
@@ -53,15 +55,16 @@ class LogFollower:
         return self.last
 
 
-def _watch(executor, point_dir: Path, point: Point) -> str:
+def _watch(executor, point_dir: Path) -> str:
     """Wait for the job with a progress bar fed by the trainer's own iteration lines."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    point = read_json(point_dir / POINT_JSON)
     follower = LogFollower(point_dir / JOB_OUT)
-    seq = point.model.seq_length
+    seq = point["model"]["seq_length"]
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
-        task = bar.add_task(point.id, total=planned_iterations(point), info="starting")
+        task = bar.add_task(point["id"], total=planned_iterations(point), info="starting")
 
         def on_poll(state: str) -> None:
             rec = follower.update()
@@ -77,15 +80,15 @@ def _watch(executor, point_dir: Path, point: Point) -> str:
 
 
 def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system: str | None, dry_run: bool,
-                layout: dict[str, int | None]) -> int:
+                layout: dict[str, int | None], wait_for_slurm: bool = False) -> int:
     """`bench run`: one point. Returns the exit code for the CLI: 0 success, 1 a job that failed."""
     benchmark = load_benchmark(benchmark_name)
     point = benchmark.point(tag, system, **layout)
-    return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, {})
+    return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, {}, wait_for_slurm)
 
 
 def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
-                  no_rules: bool, max_points: int | None, verbose: bool) -> int:
+                  no_rules: bool, max_points: int | None, verbose: bool, wait_for_slurm: bool = False) -> int:
     """`bench sweep`: every point of a grid file, with every dropped point and its reason kept."""
     from nlp_bench.errors import SpecError
     from nlp_bench.sweep.grid import LAYOUT, expand, load_grid
@@ -105,11 +108,11 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
         raise SpecError(f"none of the {expansion.combinations} combinations of {grid_path} is a runnable point")
     first = expansion.points[0]
     return _execute(results_dir, first.benchmark, first.tag, expansion.points, dry_run,
-                    {"grid": str(grid_path), "grid_spec": grid.raw, "dropped": dropped})
+                    {"grid": str(grid_path), "grid_spec": grid.raw, "dropped": dropped}, wait_for_slurm)
 
 
 def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], dry_run: bool,
-             extra: dict) -> int:
+             extra: dict, wait_for_slurm: bool = False) -> int:
     system = points[0].system
     executor = None if dry_run else get_executor(system.executor)
     if system.executor == "slurm" and not dry_run:
@@ -128,16 +131,23 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
             say(f"  {len(folders)} jobscripts written (not submitted); submit them all with:")
             say(f"  for d in {shlex.quote(str(run.path))}/*/; do (cd \"$d\" && sbatch {JOBSCRIPT}); done")
         return 0
-    if system.executor == "slurm":
+    return _launch(run, executor, folders, wait_for_slurm)
+
+
+def _launch(run, executor, folders: list[Path], wait_for_slurm: bool) -> int:
+    """Submit (Slurm) or run one after another (local) the given points of a run."""
+    if executor.name == "slurm":
         for folder in folders:
             say(f"  {folder.name}: Slurm job {executor.submit(folder)}")
-        say(f"  when they end: bench result table {run.id}")
-        return 0
+        if not wait_for_slurm:
+            say(f"  when they end: bench result table {run.id}")
+            return 0
+        return _wait_all(run, executor, folders)
     failed = 0
-    for folder, point in zip(folders, points):
+    for folder in folders:
         executor.submit(folder)
         try:
-            final = _watch(executor, folder, point)
+            final = _watch(executor, folder)
         except KeyboardInterrupt:
             executor.cancel(folder)
             console.print(f"interrupted: job cancelled; its output is in {folder}")
@@ -149,3 +159,61 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
                           f"{info.get('failure_detail')}); see {folder / JOB_OUT} and {folder / JOB_ERR}")
     print(render(run_rows(run), "pretty"), end="")
     return 1 if failed else 0
+
+
+def _wait_all(run, executor, folders: list[Path]) -> int:
+    """Block until every job has ended, with a progress bar; then print the result table."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]waiting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[info]}"), console=console) as bar:
+        task = bar.add_task("jobs", total=len(folders), info="")
+        while True:
+            finals = [executor.poll(f) for f in folders]
+            done = sum(s in states.TERMINAL for s in finals)
+            counts = {s: finals.count(s) for s in sorted(set(finals))}
+            bar.update(task, completed=done, info=", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
+            if done == len(folders):
+                break
+            time.sleep(2.0)
+    print(render(run_rows(run), "pretty"), end="")
+    return 0 if all(s == states.COMPLETED for s in finals) else 1
+
+
+def resume(results_dir: Path, run_ref: str, wait_for_slurm: bool = False) -> int:
+    """Run again every point of a run that has not completed; finished results are never touched, jobs
+    still queued or running are left alone, and a failed attempt's output is kept as job.out.N."""
+    from nlp_bench.launch.executor import refresh
+    from nlp_bench.sweep.workspace import RESULT_JSON, find_run
+
+    run = find_run(results_dir, run_ref)
+    todo, skipped = [], []
+    for folder in run.point_dirs():
+        state = refresh(folder) or "NOT_SUBMITTED"
+        if state == states.COMPLETED or state in (states.PENDING, states.RUNNING):
+            skipped.append(f"{folder.name} ({state})")
+            continue
+        todo.append(folder)
+    say(f"run {run.id}: {len(todo)} point(s) to run again, {len(skipped)} left as they are")
+    for line in skipped:
+        say(f"  kept {line}")
+    if not todo:
+        return 0
+    executor_name = read_json(todo[0] / POINT_JSON)["system_info"]["executor"]
+    executor = get_executor(executor_name)
+    if executor_name == "slurm":
+        from nlp_bench.launch.slurm import require
+
+        require("sbatch")
+    for folder in todo:
+        attempt = 1
+        while (folder / f"{JOB_OUT}.{attempt}").exists():
+            attempt += 1
+        for name in (JOB_OUT, JOB_ERR):
+            if (folder / name).exists():
+                (folder / name).rename(folder / f"{name}.{attempt}")
+        (folder / RESULT_JSON).unlink(missing_ok=True)
+    return _launch(run, executor, todo, wait_for_slurm)
+
