@@ -74,3 +74,13 @@ def test_train_args_in_script_are_ones_the_trainer_knows():
         block = script.split("TRAIN_ARGS=(")[1].split("\n)")[0]
         for flag in re.findall(r"^\s+(--[a-z0-9-]+)", block, re.M):
             assert flag in known, f"tag {tag}: {flag} is not a trainer flag"
+
+
+@pytest.mark.parametrize("system,devices", [("jupiter", 4), ("h100-8", 8), ("jureca-dc", 4)])
+def test_175b_renders_for_other_sites(system, devices):
+    point = load_benchmark().point("175", system)
+    script = render_jobscript(point)
+    assert f"export GPUS_PER_NODE={devices}" in script and "#SBATCH --nodes=96" in script
+    assert f"export DP_SIZE={96 * devices // 64}" in script
+    proc = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stderr

@@ -45,7 +45,9 @@ def test_layout_reasons_are_in_words():
 
 
 def test_systems():
-    assert {"juwels-booster", "jureca-dc", "local"} <= set(known_systems())
+    assert {"juwels-booster", "jureca-dc", "local", "local-slurm", "jupiter", "h100-8"} <= set(known_systems())
+    for name in known_systems():  # every shipped profile loads
+        assert load_system(name).devices_per_node >= 1
     booster = load_system("juwels-booster")
     assert booster.devices_per_node == 4 and booster.device_memory_gib == 40
     assert booster.sbatch["partition"] == "booster" and booster.sbatch["cpus-per-task"] == 48
