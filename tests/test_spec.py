@@ -2,7 +2,7 @@ import pytest
 
 from nlp_bench.errors import LayoutError, SpecError
 from nlp_bench.spec.benchmark import load_benchmark
-from nlp_bench.spec.layout import Layout, gas_for_global_batch, problems, validate
+from nlp_bench.spec.layout import Layout, problems, validate
 from nlp_bench.spec.models import get_model, pad_vocab
 from nlp_bench.spec.systems import known_systems, load_system
 
@@ -26,7 +26,6 @@ def test_layout_derivation():
     assert (lay.world, lay.dp, lay.global_batch_size) == (384, 6, 96)
     lay = Layout(nodes=8, devices_per_node=4, tp=2, pp=4, mbs=1, gas=256)
     assert (lay.dp, lay.global_batch_size) == (4, 1024)
-    assert gas_for_global_batch(1024, 4, 1) == 256
 
 
 def test_layout_reasons_are_in_words():
@@ -38,8 +37,6 @@ def test_layout_reasons_are_in_words():
     assert any("tp x pp = 9 must divide the 12 devices" in f for f in found)
     with pytest.raises(LayoutError, match="impossible layout for gpt-13b"):
         validate(m, Layout(nodes=1, devices_per_node=4, tp=8, pp=1, mbs=1, gas=1))
-    with pytest.raises(LayoutError, match="not a multiple"):
-        gas_for_global_batch(1000, 3, 1)
     assert problems(m, Layout(nodes=0, devices_per_node=4, tp=1, pp=1, mbs=1, gas=1)) == [
         "nodes must be a positive integer, got 0"]
 

@@ -67,11 +67,3 @@ def validate(model: ModelSpec, layout: Layout) -> Layout:
         raise LayoutError(f"impossible layout for {model.name}: " + "; ".join(found))
     return layout
 
-
-def gas_for_global_batch(global_batch_size: int, dp: int, mbs: int) -> int:
-    """Gradient-accumulation steps that give a requested global batch, or a LayoutError."""
-    if global_batch_size % (dp * mbs):
-        raise LayoutError(
-            f"global batch size {global_batch_size} is not a multiple of dp x mbs = {dp} x {mbs} = {dp * mbs}"
-        )
-    return global_batch_size // (dp * mbs)

@@ -1,7 +1,8 @@
 """Command-line flags under Megatron-LM's names, so a Megatron user's jobscript reads the same.
 
-Flags whose feature is not built yet are still recognised, and refused with one clear line rather
-than silently ignored: a benchmark number must never come from a run that dropped a setting.
+What the trainer cannot honour (the XLA backend, weighted data blends, contradictory flags) is refused
+with one clear line rather than ignored: a benchmark number must never come from a run that silently
+dropped a setting.
 """
 
 from __future__ import annotations
@@ -9,10 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-
-#: Recognised but not yet implemented in this trainer (the trainer issue adds them).
-NOT_YET: tuple[str, ...] = ()
-
 
 class UsageError(Exception):
     """A flag combination the trainer cannot run; main() prints it as one line and exits 2."""
@@ -107,9 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parsed and checked flags with Megatron's derived defaults filled in."""
     args = build_parser().parse_args(argv)
-    for name in NOT_YET:
-        if getattr(args, name):
-            raise UsageError(f"--{name.replace('_', '-')} is not implemented in this trainer yet")
     if args.distributed_backend == "xla":
         raise UsageError("--distributed-backend xla is not implemented in this trainer yet")
     if args.mock_data == bool(args.data_path):
