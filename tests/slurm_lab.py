@@ -1,9 +1,14 @@
-"""A throw-away one-node Slurm cluster on this machine, for the tests marked `slurm`.
+"""A throw-away Slurm cluster of two emulated nodes with fake GPUs on this machine, for the tests marked `slurm`.
 
 Needs root and Debian's slurmctld, slurmd, slurm-client and munge (`.ci/run` installs them). Without
-systemd the daemons are started by hand; the node's CPUs and memory come from `slurmd -C` so that it
-registers as valid. Finished jobs stay visible to squeue/scontrol for an hour (there is no accounting
-database, so sacct answers with an error and the executor falls back).
+systemd the daemons are started by hand. Debian's Slurm is built with MULTIPLE_SLURMD, so node1 and node2
+are two slurmd processes on this one host, each with its own loopback address, port, spool and log; they
+advertise more CPUs than the machine has (config_overrides) so that a failure test's sleeping jobs can
+run side by side. Their GPUs are character devices that behave like /dev/null: enough for Slurm to
+schedule `--gpus-per-node`, while the trainer runs on the CPU. Finished jobs stay visible to
+squeue/scontrol for an hour (there is no accounting database, so sacct answers with an error and the
+executor falls back). A node whose slurmd stops answering is declared down after SlurmdTimeout (10 s),
+and its jobs end NODE_FAIL rather than being requeued.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +25,9 @@ from pathlib import Path
 CONF = Path("/etc/slurm/slurm.conf")
 RUN = Path("/run/nlp-bench-slurm")
 PARTITION = "debug"
+NODES = ("node1", "node2")
+CPUS_PER_NODE = 8
+GPUS_PER_NODE = 2
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 
 
@@ -69,63 +78,102 @@ def _start_munge() -> None:
 
 
 def _config(host: str) -> str:
-    hw = dict(kv.split("=", 1) for kv in _sh("slurmd", "-C").stdout.split("\n")[0].split())
+    memory = int(dict(kv.split("=", 1) for kv in _sh("slurmd", "-C").stdout.split("\n")[0].split())["RealMemory"])
+    nodes = [f"NodeName={name} NodeHostname={host} NodeAddr={_address(name)} Port={17000 + i} "
+             f"CPUs={CPUS_PER_NODE} RealMemory={memory // (2 * len(NODES))} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
+             for i, name in enumerate(NODES, 1)]
     return "\n".join([
         "# written by nlp-bench tests/slurm_lab.py",
         "ClusterName=nlpbench", f"SlurmctldHost={host}", "SlurmUser=root", "SlurmdUser=root",
-        "AuthType=auth/munge", "CredType=cred/munge", "SlurmctldPort=6817", "SlurmdPort=6818",
-        f"StateSaveLocation={RUN}/state", f"SlurmdSpoolDir={RUN}/spool", f"SlurmctldPidFile={RUN}/slurmctld.pid",
-        f"SlurmdPidFile={RUN}/slurmd.pid", f"SlurmctldLogFile={RUN}/slurmctld.log", f"SlurmdLogFile={RUN}/slurmd.log",
+        "AuthType=auth/munge", "CredType=cred/munge", "SlurmctldPort=6817",
+        f"StateSaveLocation={RUN}/state", f"SlurmdSpoolDir={RUN}/spool/%n", f"SlurmctldPidFile={RUN}/slurmctld.pid",
+        f"SlurmdPidFile={RUN}/slurmd-%n.pid", f"SlurmctldLogFile={RUN}/slurmctld.log", f"SlurmdLogFile={RUN}/slurmd-%n.log",
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
         "SchedulerParameters=batch_sched_delay=0", "EnforcePartLimits=ALL", "ReturnToService=2",
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
-        "MinJobAge=3600", "KillWait=5",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={hw['CPUs']} Boards={hw['Boards']} "
-        f"SocketsPerBoard={hw['SocketsPerBoard']} CoresPerSocket={hw['CoresPerSocket']} "
-        f"ThreadsPerCore={hw['ThreadsPerCore']} RealMemory={int(hw['RealMemory']) // 2} State=UNKNOWN",
+        "MinJobAge=3600", "KillWait=5", "SlurmdTimeout=10", "JobRequeue=0",
+        "SlurmdParameters=config_overrides", "GresTypes=gpu", *nodes,
         f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
     ]) + "\n"
 
 
-def start() -> str:
-    """Start (or reuse) the cluster; returns the node name."""
-    host = socket.gethostname().split(".")[0]
-    try:
-        socket.gethostbyname(host)
-    except OSError:
+def _address(node: str) -> str:
+    return f"127.0.1.{NODES.index(node) + 1}"
+
+
+def _gres_conf() -> str:
+    devices = RUN / "fakegpu"
+    devices.mkdir(parents=True, exist_ok=True)
+    for i in range(GPUS_PER_NODE):
+        device = devices / f"nvidia{i}"
+        if not device.is_char_device():
+            os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return f"Name=gpu File={devices}/nvidia[0-{GPUS_PER_NODE - 1}]\n"
+
+
+def _resolvable(host: str) -> None:
+    """Node names go into SLURM_JOB_NODELIST and from there into MASTER_ADDR: they must resolve."""
+    wanted = {host: "127.0.0.1", **{name: _address(name) for name in NODES}}
+    missing = []
+    for name, address in wanted.items():
+        try:
+            socket.gethostbyname(name)
+        except OSError:
+            missing.append(f"{address} {name}\n")
+    if missing:
         with open("/etc/hosts", "a") as fh:
-            fh.write(f"127.0.0.1 {host}\n")
-    for sub in ("state", "spool"):
-        (RUN / sub).mkdir(parents=True, exist_ok=True)
+            fh.writelines(missing)
+
+
+def start_slurmd(node: str) -> None:
+    """Start one node's slurmd (again, after a test stopped it) and wait for the node to be usable."""
+    if not _alive(RUN / f"slurmd-{node}.pid"):
+        (RUN / "spool" / node).mkdir(parents=True, exist_ok=True)
+        _sh("slurmd", "-N", node)
+
+    def usable() -> bool:
+        state = _sh("sinfo", "-h", "-n", node, "-o", "%T", check=False).stdout.strip()
+        if "drain" in state or state.startswith("down"):
+            _sh("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+        return state in ("idle", "mixed", "allocated")
+
+    _wait(usable, f"node {node} to become idle")
+
+
+def kill_slurmd(node: str) -> None:
+    """What a crashed node looks like to the controller: its slurmd is gone (the job's steps are not)."""
+    pidfile = RUN / f"slurmd-{node}.pid"
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)
+
+
+def start() -> list[str]:
+    """Start (or reuse) the cluster; returns the node names."""
+    host = socket.gethostname().split(".")[0]
+    _resolvable(host)
+    (RUN / "state").mkdir(parents=True, exist_ok=True)
     _start_munge()
-    conf = _config(host)
-    if not CONF.is_file() or CONF.read_text() != conf:
+    conf, gres = _config(host), _gres_conf()
+    gres_path = CONF.parent / "gres.conf"
+    if not CONF.is_file() or CONF.read_text() != conf or not gres_path.is_file() or gres_path.read_text() != gres:
         stop()
         CONF.parent.mkdir(parents=True, exist_ok=True)
         CONF.write_text(conf)
+        gres_path.write_text(gres)
     if not _alive(RUN / "slurmctld.pid"):
         _sh("slurmctld")
     _wait(lambda: _sh("scontrol", "ping", check=False).returncode == 0, "slurmctld")
-    if not _alive(RUN / "slurmd.pid"):
-        _sh("slurmd")
-
-    def idle() -> bool:
-        state = _sh("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.strip()
-        if "drain" in state:
-            _sh("scontrol", "update", f"NodeName={host}", "State=RESUME", check=False)
-        return state in ("idle", "mixed", "allocated")
-
-    _wait(idle, f"node {host} to become idle")
-    return host
+    for node in NODES:
+        start_slurmd(node)
+    return list(NODES)
 
 
 def stop() -> None:
     """Cancel every job and stop the Slurm daemons this module started (munge stays up)."""
     if _alive(RUN / "slurmctld.pid"):
         _sh("scancel", "--full", "--user=root", check=False)
-    for name in ("slurmd", "slurmctld"):
-        pidfile = RUN / f"{name}.pid"
+    for pidfile in [*RUN.glob("slurmd*.pid"), RUN / "slurmctld.pid"]:
         if _alive(pidfile):
             pid = int(pidfile.read_text())
             os.kill(pid, signal.SIGTERM)

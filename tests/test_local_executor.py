@@ -84,3 +84,50 @@ def test_result_table_refreshes_a_job_whose_watcher_died(bench, results):
     assert out.exit_code == 0, out.output
     assert ",COMPLETED," in out.output
     assert states.load(folder)["state"] == states.COMPLETED
+
+
+def _smoke_with_fake_trainer(tmp_path, trainer: str, hang_timeout_s: int):
+    """The real smoke jobscript, its torchrun replaced by a script that prints what a trainer would."""
+    from nlp_bench.launch.render import render_jobscript
+    from nlp_bench.spec.benchmark import load_benchmark
+
+    folder = tmp_path / "p"
+    folder.mkdir()
+    script = render_jobscript(load_benchmark().point("smoke"), hang_timeout_s=hang_timeout_s)
+    assert "exec torchrun " in script
+    (folder / "jobscript.sbatch").write_text(script.replace("exec torchrun ", "exec ./fake-trainer "))
+    fake = folder / "fake-trainer"
+    fake.write_text("#!/bin/bash\necho $$ > trainer.pid\n" + trainer)
+    fake.chmod(0o755)
+    return folder
+
+
+def _iteration(i: int) -> str:
+    return (f'echo "[default1]: iteration {i:8d}/     100 | elapsed time per iteration (s): 0.5 | '
+            f'global batch size:     8 | lm loss: 1.0E+01 |"\n')
+
+
+def test_watchdog_ends_a_training_that_stops_printing(tmp_path):
+    folder = _smoke_with_fake_trainer(tmp_path, _iteration(1) + _iteration(2) + "sleep 300\n", hang_timeout_s=2)
+    ex = LocalExecutor()
+    ex.submit(folder)
+    assert wait(ex, folder, interval_s=0.1) == states.FAILED
+    info = states.load(folder)
+    assert info["failure_class"] == "hang"
+    assert info["failure_detail"].startswith("nlp-bench: watchdog: no new iteration line for ")
+    pid = int((folder / "trainer.pid").read_text())
+    time.sleep(0.2)
+    try:
+        alive = open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        alive = False
+    assert not alive, "the hung trainer must be gone"
+
+
+def test_watchdog_leaves_a_progressing_training_alone(tmp_path):
+    body = "".join(_iteration(i) + "sleep 0.5\n" for i in range(1, 9))  # 4 s of training, a line every 0.5 s
+    folder = _smoke_with_fake_trainer(tmp_path, body, hang_timeout_s=2)
+    ex = LocalExecutor()
+    ex.submit(folder)
+    assert wait(ex, folder, interval_s=0.1) == states.COMPLETED
+    assert "watchdog" not in (folder / "job.out").read_text()

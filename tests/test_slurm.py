@@ -1,11 +1,15 @@
-"""The Slurm executor against a real slurmctld/slurmd started by the tests' own fixture."""
+"""The Slurm executor and `bench` against a real Slurm (two emulated nodes, fake GPUs) that the tests'
+own fixture starts: submission, states, failure classes, the watchdog, cancel and resume."""
 
 import json
+import os
+import re
+import signal
 import time
 
 import pytest
 
-from conftest import run_bench
+from conftest import ROOT, run_bench
 from nlp_bench.launch import states
 from nlp_bench.launch.executor import wait
 from nlp_bench.launch.slurm import SlurmExecutor
@@ -29,7 +33,7 @@ def test_completed_job(slurm_cluster, tmp_path):
     assert wait(ex, folder, interval_s=0.3) == states.COMPLETED
     info = states.load(folder)
     assert info["job_id"] == job_id and info["exit_code"] == 0 and info["failure_class"] is None
-    assert f"job {job_id} on {slurm_cluster}" in (folder / "job.out").read_text()
+    assert re.search(rf"job {job_id} on node[12]\n", (folder / "job.out").read_text())
 
 
 def test_failed_job_keeps_exit_code_and_class(slurm_cluster, tmp_path):
@@ -63,17 +67,60 @@ def test_refused_submission_is_a_clear_error(slurm_cluster, tmp_path):
         SlurmExecutor().submit(folder)
 
 
+def test_dependency_holds_a_job_until_the_first_completes(slurm_cluster, tmp_path):
+    first = _point(tmp_path, "sleep 3\n")
+    second = tmp_path / "q"
+    second.mkdir()
+    (second / "jobscript.sbatch").write_text((first / "jobscript.sbatch").read_text().replace("sleep 3", "true"))
+    ex = SlurmExecutor()
+    first_id = ex.submit(first)
+    ex.submit(second, dependency=f"afterok:{first_id}")
+    time.sleep(1.5)
+    assert ex.poll(second) == states.PENDING and ex.poll(first) == states.RUNNING
+    assert wait(ex, second, interval_s=0.3) == states.COMPLETED
+    assert states.load(first)["history"][-1]["at"] <= states.load(second)["history"][-1]["at"]
+
+
+def test_a_job_slurm_forgot_is_read_from_its_own_last_line(slurm_cluster, tmp_path):
+    """No accounting and older than MinJobAge: squeue and scontrol no longer know the job."""
+    folder = tmp_path / "p"
+    folder.mkdir()
+    states.record(folder, states.RUNNING, executor="slurm", job_id="987654")
+    (folder / "job.out").write_text("...\nnlp-bench: training exited with code 0 at 2026-11-22T10:00:00+00:00\n")
+    assert SlurmExecutor().poll(folder) == states.COMPLETED
+
+
+def _csv_rows(text: str) -> list[dict]:
+    lines = text.splitlines()
+    return [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+
+
 @pytest.mark.slow
-def test_smoke_benchmark_through_slurm(slurm_cluster, tmp_path):
-    """sbatch -> srun -> torchrun (c10d rendezvous on the first node) -> trainer -> parsed row."""
+def test_smoke_benchmark_across_both_nodes(slurm_cluster, tmp_path):
+    """sbatch -> srun (one task per node) -> torchrun (c10d store on the first node) -> 4 trainer ranks."""
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", "--wait", cwd=tmp_path)
     folder = next(tmp_path.glob("results/nlp/*/*/"))
     assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "job.err").read_text()[-3000:]
     assert ": Slurm job " in proc.stdout and "COMPLETED" in proc.stdout  # --wait prints the table at the end
-    table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
-    row = dict(zip(table.stdout.splitlines()[0].split(","), table.stdout.splitlines()[1].split(",")))
+    out = (folder / "job.out").read_text()
+    assert " on node[1-2] started " in out and "world 4 = tp 2 x pp 1 x dp 2" in out
+    status = run_bench("status", cwd=tmp_path)
+    assert status.returncode == 0 and "COMPLETED" in status.stdout and "40/40" in status.stdout, status.stdout
+    row, = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)
     assert row["system"] == "local-slurm" and row["queue"] == "debug" and float(row["Tokens/sec"]) > 0
-    assert row["Iterations"] == "40"
+    assert (row["Nodes"], row["Tensor_Parallel"], row["DP"], row["Iterations"]) == ("2", "2", "2", "40")
+
+
+@pytest.mark.slow
+def test_smoke_sweep_runs_every_point(slurm_cluster, tmp_path):
+    grid = ROOT / "benchmark" / "grids" / "smoke.yaml"
+    proc = run_bench("sweep", str(grid), "--system", "local-slurm", "--wait", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)
+    assert len(rows) == 4 and {r["state"] for r in rows} == {"COMPLETED"}
+    assert {(r["Tensor_Parallel"], r["MBS"], r["GAS"]) for r in rows} == {("1", "1", "2"), ("1", "2", "1"),
+                                                                       ("2", "1", "4"), ("2", "2", "2")}
+    assert all(float(r["Tokens/sec"]) > 0 and r["Batch_Size"] == "8" for r in rows)
 
 
 def test_status_and_cancel_of_a_running_job(slurm_cluster, tmp_path):
@@ -125,3 +172,110 @@ def test_resume_runs_only_what_did_not_complete(slurm_cluster, tmp_path):
     assert (good.parent / "result.json").read_text() == kept, "a finished result must never be overwritten"
     assert "broken on purpose" in (bad.parent / "job.err.1").read_text()
     assert json.loads((bad.parent / "state.json").read_text())["state"] == "COMPLETED"
+
+
+def _wait_for(predicate, what: str, timeout: float = 180.0, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _iterating(folder) -> bool:
+    log = folder / "job.out"
+    return log.is_file() and " iteration " in log.read_text()
+
+
+def _trainer_ranks(job_id: str, local_rank: int) -> list[int]:
+    """Pids of the trainer worker processes of a Slurm job with the given LOCAL_RANK."""
+    found = []
+    for proc in os.listdir("/proc"):
+        if not proc.isdigit():
+            continue
+        try:
+            environ = open(f"/proc/{proc}/environ", "rb").read().split(b"\0")
+            cmdline = open(f"/proc/{proc}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if (f"SLURM_JOB_ID={job_id}".encode() in environ and f"LOCAL_RANK={local_rank}".encode() in environ
+                and b"nlp_bench.train" in cmdline and b"torchrun" not in cmdline):
+            found.append(int(proc))
+    return found
+
+
+@pytest.mark.slow
+def test_failures_are_classified_and_resume_reruns_only_them(slurm_cluster, tmp_path):
+    """One sweep, four points: one completes, one outlives a 1-minute limit, one hangs (a rank is stopped)
+    and the watchdog ends it, one is cancelled. Each ends in its own state and class, the completed
+    result is untouched, and --resume resubmits exactly the three others."""
+    (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {nodes: [1], tp: [1, 2], mbs: [1, 2]}\n"
+                                     "train: {train-iters: 100000, log-interval: 1, eval-iters: 0}\n")
+    dry = run_bench("sweep", "g.yaml", "--system", "local-slurm", "--hang-timeout", "30", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    run_dir = next(tmp_path.glob("results/nlp/*"))
+    good, timeout, hung, cancelled = sorted(p for p in run_dir.iterdir() if p.is_dir())
+    for folder, old, new in ((good, "--train-iters 100000", "--train-iters 6"),
+                             (timeout, "#SBATCH --time=00:10:00", "#SBATCH --time=00:01:00")):
+        script = folder / "jobscript.sbatch"
+        assert old in script.read_text()
+        script.write_text(script.read_text().replace(old, new))
+
+    submitted = run_bench("sweep", "--resume", run_dir.name, cwd=tmp_path)
+    assert submitted.returncode == 0 and "4 point(s) to run again" in submitted.stdout, submitted.stdout
+    _wait_for(lambda: _iterating(hung) and _iterating(cancelled), "the hang and cancel points to train")
+    hung_job = json.loads((hung / "state.json").read_text())["job_id"]
+    stopped = _trainer_ranks(hung_job, local_rank=1)
+    assert len(stopped) == 1, stopped
+    os.kill(stopped[0], signal.SIGSTOP)  # the other rank now waits for it forever, as in a real hang
+    cancel = run_bench("cancel", run_dir.name, cancelled.name, cwd=tmp_path)
+    assert cancel.returncode == 0 and "cancel requested" in cancel.stdout, cancel.stdout + cancel.stderr
+
+    def ended() -> bool:
+        status = run_bench("status", run_dir.name, cwd=tmp_path)
+        return status.stdout.count("RUNNING") + status.stdout.count("PENDING") == 0
+
+    _wait_for(ended, "every point to end", timeout=240, every=3)
+    final = {f.name: json.loads((f / "state.json").read_text()) for f in (good, timeout, hung, cancelled)}
+    got = {name: (s["state"], s["failure_class"]) for name, s in final.items()}
+    assert got == {good.name: ("COMPLETED", None), timeout.name: ("TIMEOUT", "timeout"),
+                   hung.name: ("CANCELLED", "hang"), cancelled.name: ("CANCELLED", "cancelled")}, got
+    assert "no new iteration line for " in final[hung.name]["failure_detail"]
+    assert "DUE TO TIME LIMIT" in final[timeout.name]["failure_detail"]
+
+    table = run_bench("result", "table", run_dir.name, "--format", "csv", cwd=tmp_path)
+    rows = {r["point"]: r for r in _csv_rows(table.stdout)}
+    assert rows[good.name]["Iterations"] == "6" and float(rows[good.name]["Tokens/sec"]) > 0
+    kept = (good / "result.json").read_text()
+
+    again = run_bench("sweep", "--resume", run_dir.name, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "3 point(s) to run again" in again.stdout and f"kept {good.name} (COMPLETED)" in again.stdout
+    run_bench("cancel", run_dir.name, cwd=tmp_path)
+    assert json.loads((good / "state.json").read_text())["job_id"] == final[good.name]["job_id"]
+    assert (good / "result.json").read_text() == kept, "a finished result must never be overwritten"
+    for folder in (timeout, hung, cancelled):
+        assert (folder / "job.out.1").is_file(), "the failed attempt's log is kept beside the new one"
+
+
+@pytest.mark.slow
+def test_a_node_whose_slurmd_dies_ends_the_job_node_fail(slurm_cluster, tmp_path):
+    import slurm_lab
+
+    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_id = next(tmp_path.glob("results/nlp/*")).name
+    folder = next(tmp_path.glob("results/nlp/*/*/"))
+    _wait_for(lambda: _iterating(folder), "the job to train")
+    try:
+        slurm_lab.kill_slurmd("node2")
+        _wait_for(lambda: "NODE_FAIL" in run_bench("status", run_id, cwd=tmp_path).stdout,
+                  "the controller to declare node2 down", timeout=120, every=2)
+    finally:
+        slurm_lab.start_slurmd("node2")
+    info = json.loads((folder / "state.json").read_text())
+    assert (info["state"], info["failure_class"]) == ("NODE_FAIL", "node_failure"), info
+    again = run_bench("run", "--resume", run_id, cwd=tmp_path)
+    assert "1 point(s) to run again" in again.stdout, again.stdout + again.stderr
+    run_bench("cancel", run_id, cwd=tmp_path)

@@ -36,6 +36,17 @@ def cli(ctx: click.Context, results_dir: Path) -> None:
     ctx.obj = {"results_dir": results_dir}
 
 
+def launch_options(command):
+    """Options `run` and `sweep` share about how their jobs start and are watched."""
+    command = click.option(
+        "--after", metavar="JOBID[:JOBID...]", default=None,
+        help="On Slurm: start only after these jobs completed successfully (--dependency=afterok).")(command)
+    return click.option(
+        "--hang-timeout", type=click.IntRange(min=0), default=None, metavar="SECONDS",
+        help="End a job whose trainer prints no new iteration line for this long (default 1800; 0: never). "
+             "Written into the jobscript; NLP_BENCH_HANG_TIMEOUT overrides it at submission.")(command)
+
+
 @cli.command()
 @click.option("--tag", default=None, help="Benchmark tag: 13, 175 (default, as in the reference), smoke, ...")
 @click.option("--system", default=None, help="System profile from slurm/systems/ (default: the tag's).")
@@ -48,17 +59,20 @@ def cli(ctx: click.Context, results_dir: Path) -> None:
 @click.option("--gas", type=int, default=None, help="Override gradient-accumulation steps.")
 @click.option("--dry-run", is_flag=True, help="Write the workspace and jobscript; do not submit.")
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until the job ends, then print the row.")
+@launch_options
 @click.option("--resume", "resume_ref", metavar="RUN", default=None,
               help="Run again the points of RUN that did not complete (nothing else is read).")
 @click.pass_context
-def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, dry_run, wait_, resume_ref) -> None:
+def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, dry_run, wait_, hang_timeout, after,
+        resume_ref) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm)."""
-    from nlp_bench.runner import execute_run, resume
+    from nlp_bench.runner import LaunchOptions, execute_run, resume
 
+    options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
-        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, wait_))
+        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options))
     code = execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
-                       dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas), wait_)
+                       dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas), options)
     ctx.exit(code)
 
 
@@ -81,20 +95,22 @@ def _refreshed(run_):
 @click.option("--no-rules", is_flag=True, help="Allow changing what the benchmark's rules fix (not a submission).")
 @click.option("-v", "--verbose", is_flag=True, help="List every dropped point.")
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until every job ends, then print the table.")
+@launch_options
 @click.option("--resume", "resume_ref", metavar="RUN", default=None,
               help="Run again the points of RUN that did not complete, instead of a GRID.")
 @click.pass_context
 def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, wait_,
-          resume_ref) -> None:
+          hang_timeout, after, resume_ref) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints)."""
-    from nlp_bench.runner import execute_sweep, resume
+    from nlp_bench.runner import LaunchOptions, execute_sweep, resume
 
+    options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
-        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, wait_))
+        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options))
     if grid is None:
         raise click.UsageError("give a GRID file, or --resume RUN")
     ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose,
-                           wait_))
+                           options))
 
 
 @cli.command()

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -12,6 +14,7 @@ from nlp_bench.analysis import parsers
 from nlp_bench.analysis.results import run_rows
 from nlp_bench.launch import states
 from nlp_bench.launch.executor import get_executor, wait
+from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.report.table import render
 from nlp_bench.spec.benchmark import Point, load_benchmark
@@ -19,6 +22,27 @@ from nlp_bench.fsio import read_json
 from nlp_bench.sweep.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, argv, create_run, write_point
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How a run's jobs are launched and watched (the CLI's --wait, --hang-timeout and --after)."""
+
+    wait: bool = False
+    hang_timeout_s: int | None = None  # None: the jobscript's default
+    #: Slurm job ids the new jobs wait for (afterok): they start only if those completed
+    after: str | None = None
+
+    def check(self, executor_name: str) -> None:
+        if self.after is not None:
+            if executor_name != "slurm":
+                raise SpecError("--after needs a Slurm system: local points run one after another anyway")
+            if not re.fullmatch(r"\d+(_\d+)?(:\d+(_\d+)?)*", self.after):
+                raise SpecError(f"--after takes Slurm job ids joined by ':' (e.g. 1234:1240), got {self.after!r}")
+
+    @property
+    def dependency(self) -> str | None:
+        return f"afterok:{self.after}" if self.after else None
 
 
 def say(text: str) -> None:
@@ -80,17 +104,16 @@ def _watch(executor, point_dir: Path) -> str:
 
 
 def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system: str | None, dry_run: bool,
-                layout: dict[str, int | None], wait_for_slurm: bool = False) -> int:
+                layout: dict[str, int | None], options: LaunchOptions = LaunchOptions()) -> int:
     """`bench run`: one point. Returns the exit code for the CLI: 0 success, 1 a job that failed."""
     benchmark = load_benchmark(benchmark_name)
     point = benchmark.point(tag, system, **layout)
-    return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, {}, wait_for_slurm)
+    return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, {}, options)
 
 
 def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
-                  no_rules: bool, max_points: int | None, verbose: bool, wait_for_slurm: bool = False) -> int:
+                  no_rules: bool, max_points: int | None, verbose: bool, options: LaunchOptions = LaunchOptions()) -> int:
     """`bench sweep`: every point of a grid file, with every dropped point and its reason kept."""
-    from nlp_bench.errors import SpecError
     from nlp_bench.sweep.grid import LAYOUT, expand, load_grid
 
     grid = load_grid(grid_path)
@@ -108,19 +131,20 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
         raise SpecError(f"none of the {expansion.combinations} combinations of {grid_path} is a runnable point")
     first = expansion.points[0]
     return _execute(results_dir, first.benchmark, first.tag, expansion.points, dry_run,
-                    {"grid": str(grid_path), "grid_spec": grid.raw, "dropped": dropped}, wait_for_slurm)
+                    {"grid": str(grid_path), "grid_spec": grid.raw, "dropped": dropped}, options)
 
 
 def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], dry_run: bool,
-             extra: dict, wait_for_slurm: bool = False) -> int:
+             extra: dict, options: LaunchOptions) -> int:
     system = points[0].system
+    options.check(system.executor)
     executor = None if dry_run else get_executor(system.executor)
     if system.executor == "slurm" and not dry_run:
         from nlp_bench.launch.slurm import require
 
         require("sbatch")  # fail before a workspace is written
     run = create_run(results_dir, benchmark, tag, system.name, points, argv(), **extra)
-    folders = [write_point(run, p, render_jobscript(p)) for p in points]
+    folders = [write_point(run, p, render_jobscript(p, options.hang_timeout_s)) for p in points]
     say(f"run {run.id}: {benchmark} tag {tag} on {system.name}, {len(points)} point(s)")
     say(f"  workspace {run.path}")
     if dry_run:
@@ -131,15 +155,15 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
             say(f"  {len(folders)} jobscripts written (not submitted); submit them all with:")
             say(f"  for d in {shlex.quote(str(run.path))}/*/; do (cd \"$d\" && sbatch {JOBSCRIPT}); done")
         return 0
-    return _launch(run, executor, folders, wait_for_slurm)
+    return _launch(run, executor, folders, options)
 
 
-def _launch(run, executor, folders: list[Path], wait_for_slurm: bool) -> int:
+def _launch(run, executor, folders: list[Path], options: LaunchOptions) -> int:
     """Submit (Slurm) or run one after another (local) the given points of a run."""
     if executor.name == "slurm":
         for folder in folders:
-            say(f"  {folder.name}: Slurm job {executor.submit(folder)}")
-        if not wait_for_slurm:
+            say(f"  {folder.name}: Slurm job {executor.submit(folder, dependency=options.dependency)}")
+        if not options.wait:
             say(f"  when they end: bench result table {run.id}")
             return 0
         return _wait_all(run, executor, folders)
@@ -182,7 +206,7 @@ def _wait_all(run, executor, folders: list[Path]) -> int:
     return 0 if all(s == states.COMPLETED for s in finals) else 1
 
 
-def resume(results_dir: Path, run_ref: str, wait_for_slurm: bool = False) -> int:
+def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptions()) -> int:
     """Run again every point of a run that has not completed; finished results are never touched, jobs
     still queued or running are left alone, and a failed attempt's output is kept as job.out.N."""
     from nlp_bench.launch.executor import refresh
@@ -202,6 +226,7 @@ def resume(results_dir: Path, run_ref: str, wait_for_slurm: bool = False) -> int
     if not todo:
         return 0
     executor_name = read_json(todo[0] / POINT_JSON)["system_info"]["executor"]
+    options.check(executor_name)
     executor = get_executor(executor_name)
     if executor_name == "slurm":
         from nlp_bench.launch.slurm import require
@@ -215,5 +240,5 @@ def resume(results_dir: Path, run_ref: str, wait_for_slurm: bool = False) -> int
             if (folder / name).exists():
                 (folder / name).rename(folder / f"{name}.{attempt}")
         (folder / RESULT_JSON).unlink(missing_ok=True)
-    return _launch(run, executor, todo, wait_for_slurm)
+    return _launch(run, executor, todo, options)
 

@@ -8,6 +8,7 @@ from nlp_bench.launch import states
 
 # (class, pattern) in order of precedence: the first match names the failure.
 _PATTERNS = [
+    ("hang", re.compile(r"nlp-bench: watchdog: no new iteration line for .*")),
     ("out_of_memory", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|oom-kill|Killed process|MemoryError")),
     ("timeout", re.compile(r"DUE TO TIME LIMIT|time limit is near")),
     ("node_failure", re.compile(r"DUE TO NODE FAILURE|NODE_FAIL")),
@@ -25,7 +26,7 @@ def classify(state: str, exit_code: int | None, output: str) -> tuple[str | None
     for name, pattern in _PATTERNS:
         match = pattern.search(output)
         if match:
-            return name, match.group(0).strip()
+            return name, _line_around(output, match.start(), match.end())
     if state == states.TIMEOUT:
         return "timeout", "the job reached its time limit"
     if state == states.CANCELLED:
@@ -42,3 +43,11 @@ def classify(state: str, exit_code: int | None, output: str) -> tuple[str | None
     if last_exception:
         return "python_exception", last_exception
     return "nonzero_exit", f"exit code {exit_code}"
+
+
+def _line_around(output: str, start: int, end: int, limit: int = 300) -> str:
+    """The whole log line a match sits in, which says more than the match (job id, node, time)."""
+    first = output.rfind("\n", 0, start) + 1
+    last = output.find("\n", end)
+    line = output[first:last if last >= 0 else len(output)].strip()
+    return line if len(line) <= limit else line[: limit - 3] + "..."

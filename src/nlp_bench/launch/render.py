@@ -13,6 +13,9 @@ from nlp_bench.paths import slurm_dir
 from nlp_bench.spec.benchmark import Point
 
 TEMPLATE = "jobscript.sbatch.j2"
+#: Seconds without a new iteration line after which a job's watchdog ends it. Generous: a 175B start-up
+#: (data index, first pipeline fill) or a checkpoint save takes minutes, and a false alarm costs a rerun.
+HANG_TIMEOUT_S = 1800
 
 
 @functools.lru_cache(maxsize=4)
@@ -52,11 +55,12 @@ def train_flags(train: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_jobscript(point: Point) -> str:
+def render_jobscript(point: Point, hang_timeout_s: int | None = None) -> str:
     """The jobscript text for a point; deterministic, so committed reference scripts can be diffed."""
     sbatch = {**point.system.sbatch, **point.sbatch}
     job_name = sbatch.pop("job-name", f"nlp-bench-{point.tag}")
     env = {key: shell_value(value) for key, value in point.system.env.items()}
     template = _environment(str(slurm_dir() / "templates")).get_template(TEMPLATE)
     return template.render(p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
-                           train_flags=train_flags(point.train))
+                           train_flags=train_flags(point.train),
+                           hang_timeout_s=HANG_TIMEOUT_S if hang_timeout_s is None else int(hang_timeout_s))

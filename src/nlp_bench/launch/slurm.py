@@ -12,7 +12,7 @@ from pathlib import Path
 from nlp_bench.errors import LaunchError
 from nlp_bench.launch import states
 from nlp_bench.launch.executor import finish
-from nlp_bench.sweep.workspace import JOBSCRIPT
+from nlp_bench.sweep.workspace import JOB_OUT, JOBSCRIPT
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -50,7 +50,7 @@ class SlurmExecutor:
         if info.get("state") in states.TERMINAL:
             return info["state"]
         job_id = info["job_id"]
-        found = _sacct(job_id) or _squeue(job_id) or _scontrol(job_id)
+        found = _sacct(job_id) or _squeue(job_id) or _scontrol(job_id) or _sentinel(Path(point_dir))
         if found is None:
             return info.get("state", states.UNKNOWN)
         state, exit_code = found
@@ -97,3 +97,23 @@ def _scontrol(job_id: str) -> tuple[str, int | None] | None:
     if not state:
         return None
     return states.from_slurm(state.group(1)), int(code.group(1)) if code else None
+
+
+_EXITED = re.compile(rb"^nlp-bench: training exited with code (\d+)", re.M)
+
+
+def _sentinel(point_dir: Path) -> tuple[str, int] | None:
+    """The jobscript's own last word in job.out, for a job Slurm has forgotten (no accounting, and older
+    than MinJobAge): it says how the training ended, if not why."""
+    try:
+        with (point_dir / JOB_OUT).open("rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 4096))
+            tail = fh.read()
+    except FileNotFoundError:
+        return None
+    found = _EXITED.findall(tail)
+    if not found:
+        return None
+    code = int(found[-1])
+    return (states.COMPLETED if code == 0 else states.FAILED), code

@@ -17,7 +17,9 @@ from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _TOP_KEYS = {"name", "description", "default_tag", "train", "tags"}
 _TAG_KEYS = {"description", "model", "model_overrides", "system", "nodes", "tp", "pp", "mbs", "gas", "train", "sbatch",
-             "fixed"}
+             "fixed", "systems"}
+#: what a tag may set differently on one system (`systems: {name: {...}}`): its layout
+_PER_SYSTEM_KEYS = {"nodes", "tp", "pp", "mbs", "gas"}
 
 #: Flags the point derives from the model and layout; a tag's `train` block may not set them.
 DERIVED_FLAGS = {
@@ -89,9 +91,12 @@ class Benchmark:
         tag = self.default_tag if tag is None else str(tag)
         if tag not in self.tags:
             raise SpecError(unknown(f"tag for benchmark {self.name!r}:", tag, self.tags))
-        spec = {**self.tags[tag], **{k: v for k, v in layout.items() if v is not None}}
+        spec = self.tags[tag]
         where = f"{self.path}: tag {tag!r}"
         sys_ = load_system(system or spec["system"])
+        # the tag, then what it changes on this system, then what the caller overrides
+        spec = {**spec, **(spec.get("systems") or {}).get(sys_.name, {}),
+                **{k: v for k, v in layout.items() if v is not None}}
         model_spec = get_model(spec["model"], **{**(spec.get("model_overrides") or {}), **(model or {})})
         layout = validate(model_spec, Layout(spec["nodes"], sys_.devices_per_node, spec.get("tp", 1), spec.get("pp", 1),
                                         spec.get("mbs", 1), spec.get("gas", 1)))
@@ -135,6 +140,13 @@ def load_benchmark(name_or_path: str = "nlp") -> Benchmark:
         missing = {"model", "system", "nodes"} - set(spec)
         if missing:
             raise SpecError(f"{path}: tag {tag!r} is missing {', '.join(sorted(missing))}")
+        systems = spec.get("systems") or {}
+        if not isinstance(systems, dict):
+            raise SpecError(f"{path}: tag {tag!r}: systems must map a system name to what changes on it")
+        for name, changes in systems.items():
+            if not isinstance(changes, dict):
+                raise SpecError(f"{path}: tag {tag!r}: systems: {name} must be a mapping")
+            check_keys(changes, _PER_SYSTEM_KEYS, f"{path}: tag {tag!r}: systems: {name}")
     default_tag = str(data.get("default_tag", next(iter(tags))))
     if default_tag not in tags:
         raise SpecError(f"{path}: default_tag {default_tag!r} is not one of the tags")

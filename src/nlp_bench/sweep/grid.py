@@ -9,8 +9,8 @@
     zip:                      # lists stepped together (equal lengths), crossed with the matrix
       nodes: [8, 16]
       gas: [256, 128]
-    derived:                  # values computed from the others, in order
-      mbs: "1 if tp < 4 else 2"
+    derived:                  # values computed from the others, in order; expressions
+      mbs: "1 if tp < 4 else 2" # may also read the system's devices_per_node
     exclude:                  # drop points where an expression holds
       - "tp * pp > 16"
     constraints:              # keep only points where every expression holds
@@ -45,6 +45,8 @@ MODEL = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", 
          "max_position_embeddings")
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARAMETERS = (*LAYOUT, *MODEL, "precision")
+#: names an expression may read but no axis may set: they come with the system
+READ_ONLY = ("devices_per_node",)
 _KEYS = {"benchmark", "tag", "system", "description", "matrix", "zip", "derived", "exclude", "constraints", "train"}
 
 
@@ -150,7 +152,7 @@ def _base(benchmark: Benchmark, tag: str, model: ModelSpec, point: Point) -> dic
     precision = "bf16" if train.get("bf16") else "fp16" if train.get("fp16") else "fp32"
     lay = point.layout
     return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "mbs": lay.mbs, "gas": lay.gas, "precision": precision,
-            **{name: getattr(model, name) for name in MODEL}}
+            **{name: getattr(model, name) for name in MODEL}, **{READ_ONLY[0]: lay.devices_per_node}}
 
 
 def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False,
