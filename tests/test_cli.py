@@ -27,6 +27,15 @@ def _one_line_error(proc_or_result, *needles):
     (["run", "--tag", "13", "--system", "juwels", "--dry-run"], ["unknown system 'juwels'", "juwels-booster"]),
     (["result", "table"], ["no runs under"]),
     (["result", "table", "nosuchrun"], ["no runs under"]),
+    (["run", "--nodes", "x"], ["Invalid value for '--nodes'", "(see 'bench run --help')"]),
+    (["run", "--bogus"], ["No such option '--bogus'"]),
+    (["result", "export", "-o", "x.csv"], ["Missing option '--format'", "csv, json, md"]),
+    (["run", "--tag", "smoke", "--after", "12", "--dry-run"], ["--after needs a Slurm system"]),
+    (["run", "--tag", "smoke", "--system", "local-slurm", "--after", "12;rm", "--dry-run"],
+     ["--after takes Slurm job ids joined by ':'", "'12;rm'"]),
+    (["run", "--resume", "x", "--tag", "13"], ["--resume reruns the run's own jobscripts", "--tag cannot apply"]),
+    (["sweep", "--resume", "x", "--hang-timeout", "5"], ["--hang-timeout cannot apply"]),
+    (["sweep"], ["give a GRID file, or --resume RUN"]),
 ])
 def test_user_errors_exit_2_with_one_line(tmp_path, args, needles):
     proc = run_bench("--results-dir", str(tmp_path / "r"), *args, cwd=tmp_path)
@@ -85,3 +94,13 @@ def test_status_and_cancel_of_a_dry_run(tmp_path):
     bad = run_bench("cancel", run_id, "nosuch", cwd=tmp_path)
     assert bad.returncode == 2
     _one_line_error(bad, "unknown point of run", "'nosuch'")
+
+
+def test_resume_dry_run_only_lists(bench, results):
+    assert bench("sweep", str(ROOT / "benchmark" / "grids" / "smoke.yaml"), "--dry-run").exit_code == 0
+    run_dir = next(results.glob("nlp/*"))
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    out = bench("sweep", "--resume", run_dir.name, "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert "4 point(s) to run again" in out.output and out.output.count("would run again ") == 4
+    assert sorted(p.name for p in run_dir.rglob("*")) == before, "a dry resume must not touch the run"

@@ -122,6 +122,7 @@ def test_fuzzed_grid_files_fail_cleanly(tmp_path, data):
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(data))
     results = tmp_path / "r"
+    before = set(results.glob("*/*"))  # runs of earlier examples: the fixture's folder is shared
     out = CliRunner().invoke(cli, ["--results-dir", str(results), "sweep", str(path), "--dry-run",
                                    "--max-points", "50"], catch_exceptions=True)
     assert out.exception is None or isinstance(out.exception, SystemExit), repr(out.exception)
@@ -130,6 +131,7 @@ def test_fuzzed_grid_files_fail_cleanly(tmp_path, data):
         errors = [line for line in out.output.splitlines() if line.startswith("bench: error:")
                   or line.startswith("Error:")]
         assert len(errors) == 1, out.output
+        assert set(results.glob("*/*")) == before, "a refused grid must not leave a run behind"
     for run_json in results.glob("*/*/run.json"):
         meta = json.loads(run_json.read_text())
         assert len(list(run_json.parent.glob("*/jobscript.sbatch"))) == len(meta["points"])

@@ -15,15 +15,37 @@ TABLE_FORMATS = ("pretty", "csv", "json", "md")
 EXPORT_FORMATS = ("csv", "json", "md")
 
 
+class OneLineError(click.ClickException):
+    """What every user-caused error becomes: `bench: error: ...` on stderr, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"bench: error: {' '.join(self.format_message().split())}", err=True)
+
+
+def _one_line(exc: click.UsageError) -> OneLineError:
+    """Click's usage errors print three lines (usage, hint, error); scripts and users want one."""
+    hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    return OneLineError(exc.format_message() + hint)
+
+
 class BenchGroup(click.Group):
-    """Turns every user-caused error into one line on stderr and exit code 2."""
+    """Turns every user-caused error, ours or click's, into one line on stderr and exit code 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except BenchError as exc:
-            click.echo(f"bench: error: {exc}", err=True)
-            ctx.exit(2)
+            raise OneLineError(str(exc)) from None
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
 
 
 @click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,10 +92,21 @@ def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
-        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options))
+        _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas,
+                         hang_timeout=hang_timeout, benchmark=None if benchmark_name == "nlp" else benchmark_name)
+        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     code = execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
                        dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas), options)
     ctx.exit(code)
+
+
+def _resume_takes_no(**given) -> None:
+    """A resumed run reruns its own jobscripts: options that would change them cannot apply."""
+    clash = [name.replace("_", "-") for name, value in given.items() if value is not None]
+    if clash:
+        shown = ", ".join(n if n == "grid" else f"--{n}" for n in clash)
+        raise click.UsageError(f"--resume reruns the run's own jobscripts as they are; {shown} cannot apply "
+                               f"(start a new run for that)")
 
 
 def _refreshed(run_):
@@ -106,7 +139,9 @@ def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_point
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
-        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options))
+        _resume_takes_no(grid=grid, tag=tag, system=system, max_points=max_points, no_rules=no_rules or None,
+                         hang_timeout=hang_timeout)
+        ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     if grid is None:
         raise click.UsageError("give a GRID file, or --resume RUN")
     ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose,

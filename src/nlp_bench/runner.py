@@ -206,9 +206,10 @@ def _wait_all(run, executor, folders: list[Path]) -> int:
     return 0 if all(s == states.COMPLETED for s in finals) else 1
 
 
-def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptions()) -> int:
+def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptions(), dry_run: bool = False) -> int:
     """Run again every point of a run that has not completed; finished results are never touched, jobs
-    still queued or running are left alone, and a failed attempt's output is kept as job.out.N."""
+    still queued or running are left alone, and a failed attempt's output is kept as job.out.N.
+    With dry_run, only say which points that would be."""
     from nlp_bench.launch.executor import refresh
     from nlp_bench.sweep.workspace import RESULT_JSON, find_run
 
@@ -223,7 +224,10 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptio
     say(f"run {run.id}: {len(todo)} point(s) to run again, {len(skipped)} left as they are")
     for line in skipped:
         say(f"  kept {line}")
-    if not todo:
+    if dry_run:
+        for folder in todo:
+            say(f"  would run again {folder.name}")
+    if not todo or dry_run:
         return 0
     executor_name = read_json(todo[0] / POINT_JSON)["system_info"]["executor"]
     options.check(executor_name)
