@@ -80,6 +80,13 @@ def test_dry_run_and_table_do_not_import_torch(tmp_path):
     assert "TORCH False" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_bare_commands_show_their_help(tmp_path):
+    for args in ([], ["result"]):
+        proc = run_bench(*args, cwd=tmp_path)
+        assert "Usage: bench" in proc.stderr + proc.stdout and "Commands:" in proc.stderr + proc.stdout, proc.stderr
+        assert "bench: error" not in proc.stderr
+
+
 def test_version():
     proc = run_bench("--version", cwd=ROOT)
     assert proc.returncode == 0 and "nlp-bench" in proc.stdout

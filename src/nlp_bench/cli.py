@@ -24,8 +24,11 @@ class OneLineError(click.ClickException):
         click.echo(f"bench: error: {' '.join(self.format_message().split())}", err=True)
 
 
-def _one_line(exc: click.UsageError) -> OneLineError:
-    """Click's usage errors print three lines (usage, hint, error); scripts and users want one."""
+def _one_line(exc: click.UsageError) -> click.ClickException:
+    """Click's usage errors print three lines (usage, hint, error); scripts and users want one.
+    A bare `bench` or `bench result` still shows its help."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        return exc
     hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
     return OneLineError(exc.format_message() + hint)
 
