@@ -5,10 +5,11 @@ systemd the daemons are started by hand. Debian's Slurm is built with MULTIPLE_S
 are two slurmd processes on this one host, each with its own loopback address, port, spool and log; they
 advertise more CPUs than the machine has (config_overrides) so that a failure test's sleeping jobs can
 run side by side. Their GPUs are character devices that behave like /dev/null: enough for Slurm to
-schedule `--gpus-per-node`, while the trainer runs on the CPU. Finished jobs stay visible to
-squeue/scontrol for an hour (there is no accounting database, so sacct answers with an error and the
-executor falls back). A node whose slurmd stops answering is declared down after SlurmdTimeout (10 s),
-and its jobs end NODE_FAIL rather than being requeued.
+schedule `--gpus-per-node`, while the trainer runs on the CPU. Where slurmdbd and MariaDB are installed
+(`apt-get install slurmdbd mariadb-server`, as `.ci/run` does) the cluster keeps accounting, so `sacct`
+answers as on a production cluster; without them sacct fails and the executor falls back to squeue and
+scontrol, which keep finished jobs for an hour. A node whose slurmd stops answering is declared down after
+SlurmdTimeout (10 s), and its jobs end NODE_FAIL rather than being requeued.
 """
 
 from __future__ import annotations
@@ -77,6 +78,46 @@ def _start_munge() -> None:
     _wait(lambda: subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0, "munge")
 
 
+def accounting() -> bool:
+    """Whether this machine can keep Slurm accounting (slurmdbd backed by MariaDB)."""
+    return all(shutil.which(b) for b in ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb"))
+
+
+DBD_CONF = Path("/etc/slurm/slurmdbd.conf")
+
+
+def _start_accounting() -> None:
+    """MariaDB on its socket only, then slurmdbd on port 6819; both before slurmctld, which registers with them."""
+    mysql_run = Path("/run/mysqld")
+    mysql_run.mkdir(parents=True, exist_ok=True)
+    shutil.chown(mysql_run, "mysql", "mysql")
+    if not _alive(mysql_run / "mysqld.pid"):
+        if not Path("/var/lib/mysql/mysql").is_dir():
+            _sh("mariadb-install-db", "--user=mysql", "--datadir=/var/lib/mysql")
+        subprocess.Popen(["mariadbd", "--user=mysql", "--skip-networking", f"--pid-file={mysql_run}/mysqld.pid",
+                          f"--log-error={RUN}/mariadb.err"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    _wait(lambda: _sh("mariadb-admin", "ping", check=False).returncode == 0, "MariaDB")
+    _sh("mariadb", "-e", "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'nlpbench'; "
+                         "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';")
+    conf = "\n".join([
+        "AuthType=auth/munge", "DbdHost=localhost", "DbdPort=6819", "SlurmUser=root",
+        f"PidFile={RUN}/slurmdbd.pid", f"LogFile={RUN}/slurmdbd.log", "StorageType=accounting_storage/mysql",
+        "StorageHost=localhost", "StorageUser=slurm", "StoragePass=nlpbench", "StorageLoc=slurm_acct_db",
+    ]) + "\n"
+    if not DBD_CONF.is_file() or DBD_CONF.read_text() != conf:
+        DBD_CONF.write_text(conf)
+    os.chmod(DBD_CONF, 0o600)  # slurmdbd refuses a configuration others can read
+    if not _alive(RUN / "slurmdbd.pid"):
+        _sh("slurmdbd")
+
+    def listening() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", 6819)) == 0
+
+    _wait(listening, "slurmdbd")
+
+
 def _config(host: str) -> str:
     memory = int(dict(kv.split("=", 1) for kv in _sh("slurmd", "-C").stdout.split("\n")[0].split())["RealMemory"])
     nodes = [f"NodeName={name} NodeHostname={host} NodeAddr={_address(name)} Port={17000 + i} "
@@ -91,7 +132,10 @@ def _config(host: str) -> str:
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
         "SchedulerParameters=batch_sched_delay=0", "EnforcePartLimits=ALL", "ReturnToService=2",
-        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        *(["JobAcctGatherType=jobacct_gather/linux", "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=localhost", "AccountingStoragePort=6819", "AccountingStorageTRES=gres/gpu"]
+          if accounting() else
+          ["JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none"]),
         "MinJobAge=3600", "KillWait=5", "SlurmdTimeout=10", "JobRequeue=0",
         "SlurmdParameters=config_overrides", "GresTypes=gpu", *nodes,
         f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
@@ -161,6 +205,8 @@ def start() -> list[str]:
         CONF.parent.mkdir(parents=True, exist_ok=True)
         CONF.write_text(conf)
         gres_path.write_text(gres)
+    if accounting():
+        _start_accounting()
     if not _alive(RUN / "slurmctld.pid"):
         _sh("slurmctld")
     _wait(lambda: _sh("scontrol", "ping", check=False).returncode == 0, "slurmctld")
@@ -173,7 +219,7 @@ def stop() -> None:
     """Cancel every job and stop the Slurm daemons this module started (munge stays up)."""
     if _alive(RUN / "slurmctld.pid"):
         _sh("scancel", "--full", "--user=root", check=False)
-    for pidfile in [*RUN.glob("slurmd*.pid"), RUN / "slurmctld.pid"]:
+    for pidfile in [*RUN.glob("slurmd-*.pid"), RUN / "slurmctld.pid", RUN / "slurmdbd.pid"]:
         if _alive(pidfile):
             pid = int(pidfile.read_text())
             os.kill(pid, signal.SIGTERM)

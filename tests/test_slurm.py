@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 
 import pytest
@@ -45,6 +46,33 @@ def test_failed_job_keeps_exit_code_and_class(slurm_cluster, tmp_path):
     assert info["exit_code"] == 3 and info["failure_class"] == "python_exception"
 
 
+def test_sacct_answers_where_accounting_works(slurm_cluster, tmp_path):
+    import slurm_lab
+    from nlp_bench.launch.slurm import _sacct
+
+    if not slurm_lab.accounting():
+        pytest.skip("no slurmdbd/MariaDB here: the cluster runs without accounting")
+    folder = _point(tmp_path, "exit 3\n")
+    job_id = SlurmExecutor().submit(folder)
+    deadline = time.monotonic() + 30
+    while (found := _sacct(job_id)) in (None, (states.PENDING, 0), (states.RUNNING, 0)) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert found == (states.FAILED, 3)
+
+
+def test_without_sacct_squeue_and_scontrol_answer(slurm_cluster, tmp_path, monkeypatch):
+    import shutil
+
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "sacct" else which(name, *a, **k))
+    folder = _point(tmp_path, 'echo "ValueError: no accounting needed" >&2\nexit 4\n')
+    ex = SlurmExecutor()
+    ex.submit(folder)
+    assert wait(ex, folder, interval_s=0.3) == states.FAILED
+    info = states.load(folder)
+    assert (info["exit_code"], info["failure_detail"]) == (4, "ValueError: no accounting needed")
+
+
 def test_cancel(slurm_cluster, tmp_path):
     folder = _point(tmp_path, "sleep 300\n")
     ex = SlurmExecutor()
@@ -68,17 +96,22 @@ def test_refused_submission_is_a_clear_error(slurm_cluster, tmp_path):
 
 
 def test_dependency_holds_a_job_until_the_first_completes(slurm_cluster, tmp_path):
-    first = _point(tmp_path, "sleep 3\n")
+    first = _point(tmp_path, "sleep 5\n")
     second = tmp_path / "q"
     second.mkdir()
-    (second / "jobscript.sbatch").write_text((first / "jobscript.sbatch").read_text().replace("sleep 3", "true"))
+    (second / "jobscript.sbatch").write_text((first / "jobscript.sbatch").read_text().replace("sleep 5", "true"))
     ex = SlurmExecutor()
     first_id = ex.submit(first)
-    ex.submit(second, dependency=f"afterok:{first_id}")
-    time.sleep(1.5)
-    assert ex.poll(second) == states.PENDING and ex.poll(first) == states.RUNNING
+    second_id = ex.submit(second, dependency=f"afterok:{first_id}")
+    reason = subprocess.run(["squeue", "-h", "-j", second_id, "-o", "%T %r"], capture_output=True, text=True).stdout
+    assert reason.strip() == "PENDING Dependency", reason
     assert wait(ex, second, interval_s=0.3) == states.COMPLETED
-    assert states.load(first)["history"][-1]["at"] <= states.load(second)["history"][-1]["at"]
+
+    def times(job_id: str) -> dict[str, str]:
+        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+        return dict(re.findall(r"(StartTime|EndTime)=(\S+)", out))
+
+    assert times(second_id)["StartTime"] >= times(first_id)["EndTime"]
 
 
 def test_a_job_slurm_forgot_is_read_from_its_own_last_line(slurm_cluster, tmp_path):
@@ -104,6 +137,9 @@ def test_smoke_benchmark_across_both_nodes(slurm_cluster, tmp_path):
     assert ": Slurm job " in proc.stdout and "COMPLETED" in proc.stdout  # --wait prints the table at the end
     out = (folder / "job.out").read_text()
     assert " on node[1-2] started " in out and "world 4 = tp 2 x pp 1 x dp 2" in out
+    job = subprocess.run(["scontrol", "show", "job", json.loads((folder / "state.json").read_text())["job_id"]],
+                         capture_output=True, text=True).stdout
+    assert "TresPerNode=gres:gpu:2" in job, job  # the fake GPUs were allocated as a GPU job's would be
     status = run_bench("status", cwd=tmp_path)
     assert status.returncode == 0 and "COMPLETED" in status.stdout and "40/40" in status.stdout, status.stdout
     row, = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)
@@ -263,7 +299,10 @@ def test_failures_are_classified_and_resume_reruns_only_them(slurm_cluster, tmp_
 def test_a_node_whose_slurmd_dies_ends_the_job_node_fail(slurm_cluster, tmp_path):
     import slurm_lab
 
-    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
+    # long enough that the controller notices the silent node (SlurmdTimeout, ~25 s here) before it ends
+    (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {nodes: [2]}\n"
+                                     "train: {train-iters: 100000, log-interval: 1, eval-iters: 0}\n")
+    proc = run_bench("sweep", "g.yaml", "--system", "local-slurm", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     run_id = next(tmp_path.glob("results/nlp/*")).name
     folder = next(tmp_path.glob("results/nlp/*/*/"))
@@ -276,6 +315,6 @@ def test_a_node_whose_slurmd_dies_ends_the_job_node_fail(slurm_cluster, tmp_path
         slurm_lab.start_slurmd("node2")
     info = json.loads((folder / "state.json").read_text())
     assert (info["state"], info["failure_class"]) == ("NODE_FAIL", "node_failure"), info
-    again = run_bench("run", "--resume", run_id, cwd=tmp_path)
+    again = run_bench("sweep", "--resume", run_id, cwd=tmp_path)
     assert "1 point(s) to run again" in again.stdout, again.stdout + again.stderr
     run_bench("cancel", run_id, cwd=tmp_path)
