@@ -1,5 +1,6 @@
 """User errors are one line and exit 2; `bench --help` stays light."""
 
+import json
 import subprocess
 import sys
 
@@ -111,3 +112,34 @@ def test_resume_dry_run_only_lists(bench, results):
     assert out.exit_code == 0, out.output
     assert "4 point(s) to run again" in out.output and out.output.count("would run again ") == 4
     assert sorted(p.name for p in run_dir.rglob("*")) == before, "a dry resume must not touch the run"
+
+
+def test_parse_prints_the_documented_json(tmp_path):
+    proc = run_bench("parse", str(ROOT / "tests" / "data" / "seed003_verification.log"), "--json",
+                     "--seq-length", "2048", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["format"] == "megatron-jupiter"
+    assert set(out["records"][0]) == {"iteration", "iteration_time_s", "global_batch_size", "seq_length",
+                                      "tokens_per_s", "samples_per_s", "tflops_per_gpu", "loss"}
+    summary = out["summary"]
+    assert {"iterations", "warmup_excluded", "tokens_per_s", "tokens_per_s_all_intervals", "samples_per_s",
+            "time_to_report_s"} <= set(summary)
+    assert set(summary["tokens_per_s"]) == {"mean", "median", "std", "ci95"}
+    pretty = run_bench("parse", str(ROOT / "tests" / "data" / "seed003_verification.log"), cwd=tmp_path)
+    assert pretty.returncode == 0 and "excluded as warm-up" in pretty.stdout and "137.89" in pretty.stdout
+
+
+@pytest.mark.parametrize("content,args,needles", [
+    ("", [], ["empty.log: no iteration records in the log"]),
+    ("NCCL INFO only noise\n", ["--format", "nxdt"], ["no nxdt iteration records"]),
+    (None, [], ["log not found"]),
+    ("x\n", ["--format", "csv"], ["unknown log format 'csv'"]),
+])
+def test_parse_errors_are_one_line(tmp_path, content, args, needles):
+    log = tmp_path / "empty.log"
+    if content is not None:
+        log.write_text(content)
+    proc = run_bench("parse", str(log), *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    _one_line_error(proc, *needles)

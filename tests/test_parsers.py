@@ -75,3 +75,92 @@ def test_summary_without_logged_tflops_uses_the_jupiter_formula():
     assert s.avg_tflops_per_gpu == pytest.approx(flops.jupiter_flops(shape) / (3.0 * 2 * 1e12))
     assert s.mfu == pytest.approx(flops.megatron_model_flops(shape) / (3.0 * 2 * 1e12))
     assert metrics.summarise([], 128) is None
+
+
+LOGS = DATA / "logs"
+
+
+@pytest.mark.parametrize("name,fmt,iterations,times", [
+    ("megatron_jupiter.log", "megatron-jupiter", [10, 20, 30, 40, 50, 60], [7.2310, 5.3551, 5.6192, 5.3291, 5.3247, 5.4012]),
+    ("megatron_ms.log", "megatron", [100, 200, 300, 400], [9.0124, 8.7189, 8.7201, 8.7195]),
+    ("megatron_current.log", "megatron-current", [50, 100, 150, 200, 250], [1.5, 0.8123, 0.8151, 0.8107, 0.8139]),
+    ("megatron_deepspeed.log", "megatron-deepspeed", [10, 20, 30], [3.1, 2.5, 2.51]),
+    ("neuron_megatron.log", "neuron-megatron", [4871, 4872, 4873, 4874], [9.5, 8.7189, 8.7002, 8.701]),
+    ("nxdt.log", "nxdt", [1, 2, 3, 4], [321.89, 320.22, 319.50, 319.50]),
+])
+def test_every_format_is_detected_and_read(name, fmt, iterations, times):
+    parsed = parsers.parse(parsers.read_log(LOGS / name))
+    assert parsed.format == fmt
+    assert [r.iteration for r in parsed.records] == iterations
+    assert [r.iteration_time_s for r in parsed.records] == pytest.approx(times)
+
+
+def test_megatron_variants_keep_their_fields():
+    jupiter = parsers.parse_file(LOGS / "megatron_jupiter.log")
+    assert jupiter[0].tflops_per_gpu == 101.25 and jupiter[0].samples_per_s == 13.276
+    assert jupiter[-1].iteration == 60, "the torn iteration 70 (its time cut) is not a record"
+    current = parsers.parse_file(LOGS / "megatron_current.log")
+    assert current[1].tflops_per_gpu == 402.1 and current[1].global_batch_size == 1024
+    deepspeed = parsers.parse_file(LOGS / "megatron_deepspeed.log")
+    assert deepspeed[1].samples_per_s == 204.8 and deepspeed[1].tflops_per_gpu == 150.0
+    neuron = parsers.parse_file(LOGS / "neuron_megatron.log")
+    assert [r.samples_per_s for r in neuron] == [6.1, 7.34, 7.356, None], "a torn last throughput is not trusted"
+
+
+def test_nxdt_redraws_keep_the_last_update_of_each_step_and_derive_the_batch():
+    records = parsers.parse_file(LOGS / "nxdt.log")
+    assert [r.loss for r in records] == [7.7, 5.47, 4.3, 4.1]  # reduced_train_loss of each step's last redraw
+    assert {r.global_batch_size for r in records} == {1024}  # from consumed_samples per global step
+    assert records[0].samples_per_s == pytest.approx(1024 / 321.89)
+
+
+def test_hf_bert_gives_sequences_per_second():
+    parsed = parsers.parse(parsers.read_log(LOGS / "hf_bert.log"))
+    assert parsed.format == "hf-bert"
+    assert [(r.iteration, r.samples_per_s, r.loss) for r in parsed.records] == [
+        (78, 1200.5, 9.1875), (79, 2878.09, 8.9375), (80, 2875.31, 9.0), (81, 2877.35, 9.0)]
+    views, summary = metrics.steady_summary(parsed.records, seq_length=128)
+    assert views[1]["tokens_per_s"] == pytest.approx(2878.09 * 128) and views[1]["iteration_time_s"] is None
+    assert summary["warmup_excluded"] == 1
+    assert summary["samples_per_s"] == pytest.approx(statistics.fmean([2878.09, 2875.31, 2877.35]))
+
+
+def test_steady_summary_excludes_warmup_and_reports_spread():
+    records = parsers.parse_file(SEED003)
+    views, summary = metrics.steady_summary(records, seq_length=2048)
+    steady = [96 * 2048 / t for t in (5.3551, 5.6192, 5.3291, 5.3247)]
+    assert summary["warmup_excluded"] == 1 and summary["iterations"] == 50
+    assert summary["tokens_per_s"]["mean"] == pytest.approx(statistics.fmean(steady))
+    assert summary["tokens_per_s"]["median"] == pytest.approx(statistics.median(steady))
+    assert summary["tokens_per_s"]["std"] == pytest.approx(statistics.stdev(steady))
+    half = 3.182 * statistics.stdev(steady) / 2  # t(0.975, 3 df) * s / sqrt(4)
+    assert summary["tokens_per_s"]["ci95"] == pytest.approx([statistics.fmean(steady) - half, statistics.fmean(steady) + half])
+    mean_time = statistics.fmean([7.2310, 5.3551, 5.6192, 5.3291, 5.3247])
+    assert summary["tokens_per_s_all_intervals"] == pytest.approx(96 * 2048 / mean_time)  # as the JUBE table
+    assert summary["time_to_report_s"] == pytest.approx(20e6 / statistics.fmean(steady))
+    assert views[0] == {"iteration": 10, "iteration_time_s": 7.231, "global_batch_size": 96, "seq_length": 2048,
+                        "tokens_per_s": pytest.approx(96 * 2048 / 7.231), "samples_per_s": 13.276,
+                        "tflops_per_gpu": 101.54, "loss": pytest.approx(10.10967)}
+
+
+def test_t_quantiles():
+    assert metrics.t95(1) == 12.706 and metrics.t95(30) == 2.042
+    assert metrics.t95(40) == pytest.approx(2.021, abs=1e-3) and metrics.t95(120) == pytest.approx(1.980, abs=1e-3)
+
+
+def test_a_log_without_records_is_a_parse_error():
+    with pytest.raises(parsers.ParseError, match="no iteration records"):
+        parsers.parse("NCCL INFO nothing to see\n")
+    with pytest.raises(parsers.ParseError, match="unknown log format 'csv'"):
+        parsers.parse("", "csv")
+    with pytest.raises(parsers.ParseError, match="no nxdt iteration records"):
+        parsers.parse_text and parsers.parse(SEED003.read_text(), "nxdt")
+
+
+def test_zero_and_non_finite_values_are_not_measurements():
+    line = (" iteration 10/ 100 | elapsed time per iteration (ms): 100.0 | global batch size: 0 |"
+            " samples per second: 0.000 | TFLOPs: nan | lm loss: inf |\n")
+    rec = parsers.parse_text(line)[0]
+    assert (rec.global_batch_size, rec.samples_per_s, rec.tflops_per_gpu, rec.loss) == (None, None, None, None)
+    _, summary = metrics.steady_summary([rec], seq_length=2048)
+    assert summary["tokens_per_s"] is None and summary["time_to_report_s"] is None

@@ -254,6 +254,36 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
     click.echo(f"wrote {output} ({fmt}, run {run_.id})")
 
 
+@cli.command()
+@click.argument("log", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", default=None, metavar="FORMAT",
+              help="The log's format (default: detected): megatron, megatron-jupiter, megatron-current, "
+                   "megatron-deepspeed, neuron-megatron, nlp-bench, nxdt, hf-bert.")
+@click.option("--seq-length", type=click.IntRange(min=1), default=None,
+              help="Sequence length, for tokens/s from logs that do not print it (all of them).")
+@click.option("--tokens", type=click.IntRange(min=1), default=20_000_000, show_default=True,
+              help="Tokens of the hypothetical training that time_to_report_s is for.")
+@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON (records and summary).")
+def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_json: bool) -> None:
+    """Read the iteration records of a training LOG and summarise them (warm-up excluded, spread reported)."""
+    import json
+
+    from nlp_bench.analysis import metrics, parsers
+
+    text = parsers.read_log(log)
+    try:
+        parsed = parsers.parse(text, fmt)
+    except parsers.ParseError as exc:
+        raise parsers.ParseError(f"{log}: {exc}") from None
+    records, summary = metrics.steady_summary(parsed.records, seq_length, tokens)
+    if as_json:
+        click.echo(json.dumps({"format": parsed.format, "records": records, "summary": summary}, indent=2))
+        return
+    from nlp_bench.report.parsed import render_parsed
+
+    click.echo(render_parsed(parsed.format, records, summary), nl=False)
+
+
 @cli.group()
 def data() -> None:
     """Training data: Megatron indexed datasets."""

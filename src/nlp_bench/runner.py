@@ -75,7 +75,7 @@ class LogFollower:
             lines = (self.partial + chunk.decode("utf-8", "replace")).split("\n")
             self.partial = lines.pop()
             for line in lines:
-                self.last = parsers.parse_line(line) or self.last
+                self.last = parsers.parse_line(line, terminated=True) or self.last
         return self.last
 
 

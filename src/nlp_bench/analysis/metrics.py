@@ -64,3 +64,95 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
         mfu = flops.tflops_per_device(flops.megatron_model_flops(shape), mean_time, devices) / peak_tflops
     return Summary(len(records), records[-1].iteration, mean_time, gbs, seq_length, tps, gbs / mean_time,
                    flops.time_to_report(tps, report_tokens), report_tokens, avg_tflops, flops.JUPITER, mfu)
+
+
+# --- steady state: what `bench parse` reports -----------------------------------------------------------
+
+#: Leading intervals slower than this fraction of the steady median count as warm-up (compilation,
+#: allocator growth, the first pipeline fill); they are excluded, at most half of the intervals.
+WARMUP_FRACTION = 0.9
+# two-sided 95% Student t quantiles for 1..30 degrees of freedom (published tables)
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t95(df: int) -> float:
+    """The 97.5% quantile of Student's t: the table up to 30 degrees of freedom, then the first two
+    terms of its Cornish-Fisher expansion around the normal quantile (within 1e-4 beyond 30)."""
+    if df < 1:
+        raise ValueError("a confidence interval needs at least two values")
+    if df <= len(_T95):
+        return _T95[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def record_view(record: Record, seq_length: int | None) -> dict:
+    """One record as the documented JSON contract has it; null where the log cannot say."""
+    gbs, seconds = record.global_batch_size, record.iteration_time_s
+    samples = record.samples_per_s if record.samples_per_s is not None else (gbs / seconds if gbs and seconds else None)
+    if gbs and seq_length and seconds:
+        tokens = tokens_per_s(gbs, seq_length, seconds)
+    elif record.tokens_per_s is not None:
+        tokens = record.tokens_per_s
+    else:
+        tokens = samples * seq_length if samples is not None and seq_length else None
+    return {"iteration": record.iteration, "iteration_time_s": seconds, "global_batch_size": gbs,
+            "seq_length": seq_length, "tokens_per_s": tokens, "samples_per_s": samples,
+            "tflops_per_gpu": record.tflops_per_gpu, "loss": record.loss}
+
+
+def warmup_count(rates: list[float]) -> int:
+    """How many leading intervals are warm-up: slower than WARMUP_FRACTION of the median of the rest."""
+    if len(rates) < 3:
+        return 0
+    reference = statistics.median(rates[1:])
+    count = 0
+    while count < len(rates) // 2 and rates[count] < WARMUP_FRACTION * reference:
+        count += 1
+    return count
+
+
+def spread(values: list[float]) -> dict | None:
+    """Mean, median, sample standard deviation and the 95% confidence interval of the mean."""
+    if not values:
+        return None
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"mean": mean, "median": mean, "std": None, "ci95": None}
+    std = statistics.stdev(values)
+    half = t95(len(values) - 1) * std / len(values) ** 0.5
+    return {"mean": mean, "median": statistics.median(values), "std": std, "ci95": [mean - half, mean + half]}
+
+
+def steady_summary(records: list[Record], seq_length: int | None,
+                   report_tokens: int = flops.REPORT_TOKENS) -> tuple[list[dict], dict]:
+    """The contract's records and summary: warm-up excluded, spread reported, and the JUBE-style
+    all-intervals figure kept beside it under its own name."""
+    views = [record_view(r, seq_length) for r in records]
+    tokens = [v["tokens_per_s"] for v in views]
+    samples = [v["samples_per_s"] for v in views]
+    rates = tokens if all(t is not None for t in tokens) else samples
+    skip = warmup_count(rates) if all(r is not None for r in rates) else 0
+    steady_tokens = [t for t in tokens[skip:] if t is not None]
+    steady_samples = [s for s in samples[skip:] if s is not None]
+    times = [r.iteration_time_s for r in records]
+    gbs = records[-1].global_batch_size if records else None
+    if records and gbs and seq_length and all(times):
+        all_intervals = tokens_per_s(gbs, seq_length, statistics.fmean(times))
+    else:
+        known = [t for t in tokens if t is not None]
+        all_intervals = statistics.fmean(known) if known else None
+    tokens_spread = spread(steady_tokens)
+    summary = {
+        "iterations": records[-1].iteration if records else 0,
+        "intervals": len(records),
+        "warmup_excluded": skip,
+        "tokens_per_s": tokens_spread,
+        "tokens_per_s_all_intervals": all_intervals,
+        "samples_per_s": statistics.fmean(steady_samples) if steady_samples else None,
+        "report_tokens": report_tokens,
+        "time_to_report_s": (flops.time_to_report(tokens_spread["mean"], report_tokens)
+                             if tokens_spread and tokens_spread["mean"] > 0 else None),
+    }
+    return views, summary

@@ -1,20 +1,35 @@
-"""Parsers for Megatron-shaped iteration logs: this project's trainer, JUPITER-patched Megatron-LM
-(torchrun `[defaultN]:` prefixes, seconds, samples/s and TFLOPs), and older Megatron in milliseconds.
+"""Iteration logs of every training stack the benchmark meets, read into one record type.
+
+Formats (names as `bench parse --format` takes them; `detect` picks one from the text):
+
+- Megatron-shaped lines, one parser for all their variants: this project's trainer (`nlp-bench`),
+  JUPITER-patched Megatron-LM with torchrun `[defaultN]:` prefixes, seconds, samples/s and TFLOPs
+  (`megatron-jupiter`), older Megatron in milliseconds (`megatron`), current Megatron-LM with a timestamp
+  and `throughput per GPU (TFLOP/s/GPU)` (`megatron-current`), Megatron-DeepSpeed with `consumed tokens`
+  (`megatron-deepspeed`), and the AWS Neuron reference with a trailing `throughput:` in sequences/s
+  (`neuron-megatron`).
+- `nxdt`: NxD Training's PyTorch-Lightning progress bars, redrawn with carriage returns.
+- `hf-bert`: the Hugging Face BERT pretraining script's `LOG ... throughput :` lines on Neuron.
 
 Lines are found wherever they sit in a job.out full of NCCL, Slurm and Python noise; an iteration
-printed by several ranks counts once, and a torn last line (a killed job) is skipped.
+printed by several ranks counts once. A value is only trusted when its field is closed (by `|`, `]`
+or the end of a finished line): the last line of a killed job's log is cut anywhere.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from nlp_bench.errors import ResultError
+
 MEGATRON = "megatron"
 
-_ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-_FIELD = re.compile(r"\s*([A-Za-z][A-Za-z /()\-]*?)\s*:\s*([-+0-9.eEinfa]+)\s*$")
+
+class ParseError(ResultError):
+    """A log that holds no iteration record of the asked (or any) format."""
 
 
 @dataclass
@@ -22,8 +37,8 @@ class Record:
     """One logged interval (Megatron logs the mean over the last log-interval iterations)."""
 
     iteration: int
-    total_iterations: int
-    iteration_time_s: float
+    total_iterations: int | None
+    iteration_time_s: float | None
     global_batch_size: int | None = None
     consumed_samples: int | None = None
     learning_rate: float | None = None
@@ -40,6 +55,19 @@ class Record:
         return asdict(self)
 
 
+def _number(raw: str) -> float | None:
+    """A finite number, or None."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+# --- Megatron-shaped lines ---------------------------------------------------------------------------
+
+_ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n\r]*)")
+_FIELD = re.compile(r"\s*([A-Za-z][A-Za-z /()\-]*?)\s*:\s*([-+0-9.eEinfa]+)\s*(\||$)")
 _KEYS = {
     "consumed samples": ("consumed_samples", int),
     "learning rate": ("learning_rate", float),
@@ -50,49 +78,250 @@ _KEYS = {
     "number of skipped iterations": ("skipped_iterations", int),
     "number of nan iterations": ("nan_iterations", int),
     "samples per second": ("samples_per_s", float),
+    "throughput": ("samples_per_s", float),  # the Neuron reference: sequences/s
     "tokens per second": ("tokens_per_s", float),
     "TFLOPs": ("tflops_per_gpu", float),
     "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", float),
 }
+_TIME = {"elapsed time per iteration (s)": 1.0, "elapsed time per iteration (ms)": 1e-3}
+_POSITIVE = {"global_batch_size", "samples_per_s", "tokens_per_s", "tflops_per_gpu"}
 
 
-def parse_line(line: str) -> Record | None:
-    """The record in one Megatron iteration line, or None if the line is not a complete one."""
+def _handler(key: str) -> tuple[str, float, bool] | None:
+    """What a field becomes: (Record attribute or "seconds", scale, keep only if > 0), or None to ignore."""
+    if key in _TIME:
+        return "seconds", _TIME[key], True
+    if key in _KEYS:
+        name, kind = _KEYS[key]
+        return name, (0 if kind is int else 1.0), name in _POSITIVE
+    return None
+
+
+def _assign(fields: dict, handler: tuple[str, float, bool], raw: str) -> None:
+    name, scale, positive = handler
+    try:
+        value = float(raw)
+    except ValueError:
+        return
+    if value != value or value in (_INF, -_INF) or (positive and value <= 0):
+        return  # nan, inf, or a rate or batch of zero: a broken line, not a measurement
+    fields[name] = int(value) if scale == 0 else value * scale
+
+
+_INF = float("inf")
+
+
+def _megatron_fields(rest: str, terminated: bool) -> tuple[dict, list[str], bool]:
+    """The fields of a line, the keys in order, and whether every field was closed."""
+    fields: dict = {}
+    keys = []
+    whole = True
+    for key, raw, closer in _FIELD.findall(rest):
+        if not closer and not terminated:
+            whole = False
+            continue  # the field ran into the end of a line that was cut off
+        keys.append(key)
+        whole = whole and bool(closer)
+        handler = _handler(key)
+        if handler is not None:
+            _assign(fields, handler, raw)
+    return fields, keys, whole
+
+
+class _Layout:
+    """The field sequence of a complete line compiled into one regex. A log repeats one layout, so the
+    other lines are matched in one step each instead of field by field (the parse speed goal)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.handlers = [h for h in map(_handler, keys) if h is not None]
+        value = "[-+0-9.eEinfa]+"
+        parts = [rf"\s*{re.escape(k)}\s*:\s*{f'({value})' if _handler(k) else value}\s*\|" for k in keys]
+        self.regex = re.compile("".join(parts) + r"\s*")
+
+    def fields(self, rest: str) -> dict | None:
+        match = self.regex.fullmatch(rest)
+        if match is None:
+            return None
+        fields: dict = {}
+        for (name, scale, positive), raw in zip(self.handlers, match.groups()):
+            try:  # _assign, inlined: this loop runs for every field of every line
+                value = float(raw)
+            except ValueError:
+                continue
+            if value != value or value in (_INF, -_INF) or (positive and value <= 0):
+                continue
+            fields[name] = int(value) if scale == 0 else value * scale
+        return fields
+
+
+def _record(iteration: int, total: int, fields: dict) -> Record | None:
+    seconds = fields.pop("seconds", None)
+    if seconds is None or seconds <= 0:
+        return None
+    return Record(iteration, total, seconds, **fields)
+
+
+def parse_line(line: str, terminated: bool = False) -> Record | None:
+    """The record in one Megatron iteration line, or None. `terminated`: the line ended with a newline,
+    so a last field not closed by `|` (the Neuron reference's `throughput:`) is whole."""
     match = _ITERATION.search(line)
     if not match:
         return None
-    fields: dict[str, float | int] = {}
-    seconds = None
-    # only fields closed by "|" count: a line cut off mid-number must not yield a wrong number
-    for part in line[match.end():].split("|")[:-1]:
-        field = _FIELD.match(part)
-        if not field:
+    return _record(int(match.group(1)), int(match.group(2)), _megatron_fields(match.group(3), terminated)[0])
+
+
+def _megatron_variant(keys: set[str], text: str) -> str:
+    if "tokens per second" in keys:
+        return "nlp-bench"
+    if "throughput" in keys:
+        return "neuron-megatron"
+    if "consumed tokens" in keys:
+        return "megatron-deepspeed"
+    if "throughput per GPU (TFLOP/s/GPU)" in keys or re.search(r"\[\d{4}-\d\d-\d\d [\d:.]+\] iteration", text):
+        return "megatron-current"
+    if "TFLOPs" in keys:
+        return "megatron-jupiter"
+    return MEGATRON
+
+
+def _parse_megatron(text: str) -> tuple[list[Record], str | None]:
+    seen: dict[int, Record] = {}
+    first_keys: list[str] | None = None
+    layout: _Layout | None = None
+    end = len(text)
+    for match in _ITERATION.finditer(text):
+        iteration = int(match.group(1))
+        if iteration in seen:
+            continue  # another rank's copy: the first complete one counts
+        rest = match.group(3)
+        fields = layout.fields(rest) if layout is not None else None
+        if fields is None:
+            fields, keys, whole = _megatron_fields(rest, terminated=match.end() < end)
+            if whole and "seconds" in fields:
+                layout = _Layout(keys)
+        else:
+            keys = None
+        record = _record(iteration, int(match.group(2)), fields)
+        if record is None:
             continue
-        key, raw = field.group(1).strip(), field.group(2)
-        try:
-            if key == "elapsed time per iteration (s)":
-                seconds = float(raw)
-            elif key == "elapsed time per iteration (ms)":
-                seconds = float(raw) / 1000.0
-            elif key in _KEYS:
-                name, kind = _KEYS[key]
-                fields[name] = kind(float(raw)) if kind is int else float(raw)
-        except ValueError:
+        if first_keys is None:
+            first_keys = keys if keys is not None else []
+        seen[iteration] = record
+    records = [seen[i] for i in sorted(seen)]
+    return records, (_megatron_variant(set(first_keys or ()), text) if records else None)
+
+
+# --- NxD Training progress bars ----------------------------------------------------------------------
+
+_BAR = re.compile(r"Epoch\s+\d+:\s*\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\[[^,\]\r\n]*,\s*([0-9.]+)(s/it|it/s)"
+                  r"((?:,\s*[A-Za-z_][\w.]*=[^,\]\r\n]*)*)\]")
+_POSTFIX = re.compile(r"([A-Za-z_][\w.]*)=([^,\]]*)")
+
+
+def _parse_nxdt(text: str) -> tuple[list[Record], str | None]:
+    latest: dict[int, tuple[Record, float | None]] = {}
+    for match in _BAR.finditer(text):
+        rate = _number(match.group(3))
+        if not rate:
             continue
-    if seconds is None or seconds <= 0:
-        return None
-    return Record(int(match.group(1)), int(match.group(2)), seconds, **fields)
+        seconds = rate if match.group(4) == "s/it" else 1.0 / rate
+        post = {k: _number(v) for k, v in _POSTFIX.findall(match.group(5))}
+        step = post.get("global_step")
+        iteration = int(step) if step is not None and step >= 0 else int(match.group(1))
+        loss = post.get("reduced_train_loss", post.get("loss"))
+        throughput = post.get("throughput")
+        record = Record(iteration, int(match.group(2)), seconds, loss=loss, learning_rate=post.get("lr"),
+                        samples_per_s=throughput if throughput and throughput > 0 else None)
+        consumed = post.get("consumed_samples")
+        latest[iteration] = (record, consumed)  # a redraw refines the same step: the last one counts
+    steps = sorted(latest)
+    deltas = [(latest[b][1] - latest[a][1]) / (b - a) for a, b in zip(steps, steps[1:])
+              if latest[a][1] is not None and latest[b][1] is not None and latest[b][1] > latest[a][1]]
+    gbs = int(round(statistics.median(deltas))) if deltas else None
+    records = []
+    for step in steps:
+        record, consumed = latest[step]
+        record.global_batch_size = gbs
+        record.consumed_samples = int(consumed) if consumed is not None else None
+        if record.samples_per_s is None and gbs:
+            record.samples_per_s = gbs / record.iteration_time_s
+        records.append(record)
+    return records, ("nxdt" if records else None)
+
+
+# --- Hugging Face BERT on Neuron ---------------------------------------------------------------------
+
+_BERT = re.compile(r"LOG [^\n\r]*?- \((\d+), (\d+)\) step_loss : (\S+)\s+learning_rate : (\S+)\s+"
+                   r"throughput : ([0-9.eE+-]+)([^\n\r]*)")
+
+
+def _parse_hf_bert(text: str) -> tuple[list[Record], str | None]:
+    seen: dict[int, Record] = {}
+    end = len(text)
+    for match in _BERT.finditer(text):
+        if match.end() == end:
+            continue  # the throughput may have been cut
+        throughput = _number(match.group(5))
+        if throughput is None or throughput <= 0:
+            continue
+        step = int(match.group(2))
+        seen.setdefault(step, Record(step, None, None, loss=_number(match.group(3)),
+                                     learning_rate=_number(match.group(4)), samples_per_s=throughput))
+    records = [seen[i] for i in sorted(seen)]
+    return records, ("hf-bert" if records else None)
+
+
+# --- detection and the public entry points -----------------------------------------------------------
+
+_PARSERS = {"megatron": _parse_megatron, "nxdt": _parse_nxdt, "hf-bert": _parse_hf_bert}
+#: the names `--format` accepts: the three parsers and the Megatron variants (which select the Megatron parser)
+FORMATS = ("megatron", "megatron-jupiter", "megatron-current", "megatron-deepspeed", "neuron-megatron",
+           "nlp-bench", "nxdt", "hf-bert")
+
+
+@dataclass
+class Parsed:
+    format: str | None
+    records: list[Record]
+
+
+def parse(text: str, fmt: str | None = None) -> Parsed:
+    """Records of a log in the given format, or in the format the text shows (the one yielding records,
+    Megatron first). Raises ParseError when there are none."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ParseError(f"unknown log format {fmt!r}; formats: {', '.join(FORMATS)}")
+        parser = _PARSERS["megatron" if fmt not in _PARSERS else fmt]
+        records, found = parser(text)
+        if not records:
+            raise ParseError(f"no {fmt} iteration records in the log")
+        return Parsed(found if fmt in _PARSERS else fmt, records)
+    for parser in _PARSERS.values():
+        records, found = parser(text)
+        if records:
+            return Parsed(found, records)
+    raise ParseError("no iteration records in the log (formats tried: " + ", ".join(_PARSERS) + ")")
 
 
 def parse_text(text: str) -> list[Record]:
-    """All iteration records in a log, in iteration order, each iteration once."""
-    seen: dict[int, Record] = {}
-    for line in text.replace("\r", "\n").splitlines():
-        record = parse_line(line)
-        if record is not None and record.iteration not in seen:
-            seen[record.iteration] = record
-    return [seen[i] for i in sorted(seen)]
+    """All iteration records of a log, in iteration order, each iteration once ([] when there are none)."""
+    try:
+        return parse(text).records
+    except ParseError:
+        return []
+
+
+def read_log(path: Path) -> str:
+    """A log's text; bytes that are not UTF-8 (a torn multi-byte character) become U+FFFD."""
+    try:
+        return Path(path).read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ParseError(f"log not found: {path}") from None
+    except IsADirectoryError:
+        raise ParseError(f"{path} is a folder, not a log") from None
+    except OSError as exc:
+        raise ParseError(f"cannot read {path}: {exc.strerror}") from None
 
 
 def parse_file(path: Path) -> list[Record]:
-    return parse_text(Path(path).read_text(errors="replace"))
+    return parse_text(read_log(path))

@@ -38,12 +38,18 @@ def analyse_point(point_dir: Path, force: bool = False) -> dict[str, Any] | None
     if not force and out.is_file() and out.stat().st_mtime >= log.stat().st_mtime:
         return read_json(out)
     point = read_json(point_dir / POINT_JSON)
-    records = parsers.parse_file(log)
-    summary = metrics.summarise(records, point["model"]["seq_length"], point["layout"]["global_batch_size"],
+    try:
+        parsed = parsers.parse(parsers.read_log(log))
+    except parsers.ParseError:
+        parsed = parsers.Parsed(None, [])
+    records, seq_length = parsed.records, point["model"]["seq_length"]
+    summary = metrics.summarise(records, seq_length, point["layout"]["global_batch_size"],
                                 shape_of(point), point["layout"]["world"], point["system_info"].get("peak_tflops"))
     result = {
-        "point": point["id"], "format": parsers.MEGATRON, "analysed": now_iso(),
+        "point": point["id"], "format": parsed.format, "analysed": now_iso(),
+        # the JUBE-compatible figures (every interval) the table shows, and the steady state beside them
         "summary": summary.to_dict() if summary else None,
+        "steady": metrics.steady_summary(records, seq_length)[1] if records else None,
         "records": [r.to_dict() for r in records],
     }
     write_json_atomic(out, result)
