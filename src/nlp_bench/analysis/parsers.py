@@ -18,6 +18,8 @@ or the end of a finished line): the last line of a killed job's log is cut anywh
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 import statistics
 from dataclasses import asdict, dataclass
@@ -128,30 +130,50 @@ def _megatron_fields(rest: str, terminated: bool) -> tuple[dict, list[str], bool
     return fields, keys, whole
 
 
+_VALUE = "[-+0-9.eEinfa]+"
+_ORDER = [f.name for f in dataclasses.fields(Record)][3:]  # the optional fields, in Record's order
+
+
+def _column(raw: tuple[str, ...], handler: tuple[str, float, bool]) -> list:
+    """One field of many lines, converted as _assign does one value (None where it would not assign)."""
+    _, scale, positive = handler
+    try:
+        values = list(map(float, raw))
+        clean = all(map(math.isfinite, values)) and (not positive or min(values) > 0)
+    except ValueError:
+        values, clean = [_number(r) for r in raw], False
+    if not clean:  # the rare column with a broken value: check each one
+        values = [v if v is not None and math.isfinite(v) and (v > 0 or not positive) else None for v in values]
+    if scale == 0:
+        return [None if v is None else int(v) for v in values] if not clean else list(map(int, values))
+    return values if scale == 1.0 else [None if v is None else v * scale for v in values]
+
+
 class _Layout:
-    """The field sequence of a complete line compiled into one regex. A log repeats one layout, so the
-    other lines are matched in one step each instead of field by field (the parse speed goal)."""
+    """The field sequence of a complete line compiled into one regex over whole lines. A log repeats one
+    layout, so one findall matches all its lines and their numbers are converted a column at a time
+    (the parse speed goal); a line of another shape goes field by field."""
 
     def __init__(self, keys: list[str]) -> None:
         self.handlers = [h for h in map(_handler, keys) if h is not None]
-        value = "[-+0-9.eEinfa]+"
-        parts = [rf"\s*{re.escape(k)}\s*:\s*{f'({value})' if _handler(k) else value}\s*\|" for k in keys]
-        self.regex = re.compile("".join(parts) + r"\s*")
+        # [ \t], never \s: a match must not run on into the next line
+        parts = [rf"[ \t]*{re.escape(k)}[ \t]*:[ \t]*{f'({_VALUE})' if _handler(k) else _VALUE}[ \t]*\|" for k in keys]
+        self.regex = re.compile(r"^[^\n]*?iteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|" + "".join(parts) + r"[ \t]*$",
+                                re.M)
 
-    def fields(self, rest: str) -> dict | None:
-        match = self.regex.fullmatch(rest)
-        if match is None:
-            return None
-        fields: dict = {}
-        for (name, scale, positive), raw in zip(self.handlers, match.groups()):
-            try:  # _assign, inlined: this loop runs for every field of every line
-                value = float(raw)
-            except ValueError:
-                continue
-            if value != value or value in (_INF, -_INF) or (positive and value <= 0):
-                continue
-            fields[name] = int(value) if scale == 0 else value * scale
-        return fields
+    def records(self, lines: list[str]) -> tuple[list[Record], int]:
+        """The records of the lines that have this layout, and how many lines had it."""
+        rows = self.regex.findall("\n".join(lines))
+        if not rows:
+            return [], 0
+        columns = list(zip(*rows))
+        by_name = {"seconds": [None] * len(rows)}
+        for handler, raw in zip(self.handlers, columns[2:]):
+            by_name[handler[0]] = _column(raw, handler)
+        empty = [None] * len(rows)
+        records = [Record(*row) for row in zip(map(int, columns[0]), map(int, columns[1]), by_name["seconds"],
+                                               *(by_name.get(name, empty) for name in _ORDER)) if row[2]]
+        return records, len(rows)
 
 
 def _record(iteration: int, total: int, fields: dict) -> Record | None:
@@ -170,14 +192,15 @@ def parse_line(line: str, terminated: bool = False) -> Record | None:
     return _record(int(match.group(1)), int(match.group(2)), _megatron_fields(match.group(3), terminated)[0])
 
 
-def _megatron_variant(keys: set[str], text: str) -> str:
+def _megatron_variant(keys: set[str], line: str) -> str:
+    """Which Megatron the first record's line comes from."""
     if "tokens per second" in keys:
         return "nlp-bench"
     if "throughput" in keys:
         return "neuron-megatron"
     if "consumed tokens" in keys:
         return "megatron-deepspeed"
-    if "throughput per GPU (TFLOP/s/GPU)" in keys or re.search(r"\[\d{4}-\d\d-\d\d [\d:.]+\] iteration", text):
+    if "throughput per GPU (TFLOP/s/GPU)" in keys or re.search(r"\[\d{4}-\d\d-\d\d [\d:.]+\] iteration", line):
         return "megatron-current"
     if "TFLOPs" in keys:
         return "megatron-jupiter"
@@ -185,30 +208,42 @@ def _megatron_variant(keys: set[str], text: str) -> str:
 
 
 def _parse_megatron(text: str) -> tuple[list[Record], str | None]:
+    lines = text.split("\n")
+    torn = lines.pop() if not text.endswith("\n") else ""  # a last line without its newline may be cut
+    # one line per iteration header: other ranks print the same line again
+    unique: dict[str, str] = {}
+    for line in [line for line in lines if "iteration" in line]:
+        at = line.find("iteration")
+        unique.setdefault(line[at:line.find("|", at)], line)
     seen: dict[int, Record] = {}
-    first_keys: list[str] | None = None
-    layout: _Layout | None = None
-    end = len(text)
-    for match in _ITERATION.finditer(text):
-        iteration = int(match.group(1))
-        if iteration in seen:
-            continue  # another rank's copy: the first complete one counts
-        rest = match.group(3)
-        fields = layout.fields(rest) if layout is not None else None
-        if fields is None:
-            fields, keys, whole = _megatron_fields(rest, terminated=match.end() < end)
-            if whole and "seconds" in fields:
-                layout = _Layout(keys)
-        else:
-            keys = None
-        record = _record(iteration, int(match.group(2)), fields)
-        if record is None:
-            continue
-        if first_keys is None:
-            first_keys = keys if keys is not None else []
-        seen[iteration] = record
+    first_keys: list[str] = []
+    first_line = ""
+    candidates = list(unique.values())
+    matched = 0
+    probe = next((m for m in map(_ITERATION.search, candidates) if m), None)
+    if probe is not None:
+        first_line = probe.string
+        fields, first_keys, whole = _megatron_fields(probe.group(3), terminated=True)
+        if whole and "seconds" in fields:
+            records, matched = _Layout(first_keys).records(candidates)
+            for record in records:
+                seen.setdefault(record.iteration, record)
+    # lines of another shape than the first, field by field (all of them, unless every line had the
+    # layout), and the torn last line
+    rest = [] if matched == len(candidates) else [(line, True) for line in candidates]
+    for line, terminated in [*rest, (torn, False)]:
+        for match in _ITERATION.finditer(line):
+            iteration = int(match.group(1))
+            if iteration in seen:
+                continue
+            fields, keys, _ = _megatron_fields(match.group(3), terminated)
+            record = _record(iteration, int(match.group(2)), fields)
+            if record is not None:
+                seen[iteration] = record
+                if not first_keys:
+                    first_keys, first_line = keys, line
     records = [seen[i] for i in sorted(seen)]
-    return records, (_megatron_variant(set(first_keys or ()), text) if records else None)
+    return records, (_megatron_variant(set(first_keys), first_line) if records else None)
 
 
 # --- NxD Training progress bars ----------------------------------------------------------------------
