@@ -12,7 +12,7 @@ from nlp_bench import __version__
 from nlp_bench.errors import BenchError
 
 TABLE_FORMATS = ("pretty", "csv", "json", "md")
-EXPORT_FORMATS = ("csv", "json", "md")
+EXPORT_FORMATS = ("csv", "json", "md", "html", "tex", "parquet", "sqlite")
 
 
 class OneLineError(click.ClickException):
@@ -236,6 +236,29 @@ def result_table(ctx: click.Context, run_ref: str | None, fmt: str, reference: b
     if run_ref is not None or not reference:
         rows += run_rows(_refreshed(find_run(ctx.obj["results_dir"], run_ref)))
     click.echo(render(rows, fmt), nl=False)
+
+
+@result.command("compare")
+@click.argument("run_ref", metavar="[RUN]", required=False)
+@click.option("--reference", "reference_name", default="jupiter", show_default=True, metavar="NAME",
+              help="Reference rows: results/reference/NAME.csv.")
+@click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="pretty", show_default=True)
+@click.pass_context
+def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str, fmt: str) -> None:
+    """Compare the completed points of RUN with the reference: tokens/s ratio (also per device) and, for
+    175B, the verdict against the 560 s baseline."""
+    from nlp_bench.analysis.reference import compare, reference_rows
+    from nlp_bench.analysis.results import run_rows
+    from nlp_bench.report.compare import render_comparison
+    from nlp_bench.sweep.workspace import find_run
+
+    references = reference_rows(reference_name)
+    run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
+    try:
+        rows = compare(run_rows(run_), references)
+    except BenchError as exc:
+        raise BenchError(f"run {run_.id}: {exc}") from None
+    click.echo(render_comparison(rows, fmt), nl=False)
 
 
 @result.command("export")

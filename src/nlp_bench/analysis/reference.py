@@ -1,7 +1,8 @@
-"""The published reference rows (results/reference/jupiter.csv), as rows of the result table.
+"""Published reference rows (results/reference/<name>.csv) as rows of the result table, and the
+comparison of measured rows with them.
 
-The CSV keeps only what was published (layout and tokens/s); TFLOPs and the time to report are
-derived here with the same functions a measured run uses, which is what makes the comparison fair.
+A CSV keeps only what was published (layout and tokens/s); TFLOPs and the time to report are derived
+here with the same functions a measured run uses, which is what makes the comparison fair.
 """
 
 from __future__ import annotations
@@ -11,16 +12,29 @@ from typing import Any
 
 from nlp_bench import flops
 from nlp_bench.analysis.results import COLUMNS
+from nlp_bench.errors import ResultError
 from nlp_bench.paths import reference_dir
 from nlp_bench.spec.models import get_model, pad_vocab
 from nlp_bench.spec.systems import load_system
 
-REFERENCE_CSV = "jupiter.csv"
+DEFAULT_REFERENCE = "jupiter"
+#: The benchmark's rule: a 175B submission must report at most this many seconds (the JUPITER baseline
+#: is 554.70 s on 96 JUWELS Booster nodes).
+BASELINE_S = {"gpt-175b": 560.0}
+_LAYOUT = ("Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS")
 
 
-def reference_rows() -> list[dict[str, Any]]:
+def known_references() -> list[str]:
+    return sorted(p.stem for p in reference_dir().glob("*.csv"))
+
+
+def reference_rows(name: str = DEFAULT_REFERENCE) -> list[dict[str, Any]]:
+    path = reference_dir() / f"{name}.csv"
+    if not path.is_file():
+        raise ResultError(f"unknown reference {name!r}; references: {', '.join(known_references()) or 'none'} "
+                          f"(CSV files in {reference_dir()})")
     rows = []
-    with (reference_dir() / REFERENCE_CSV).open(newline="") as fh:
+    with path.open(newline="") as fh:
         for rec in csv.DictReader(fh):
             model, system = get_model(rec["model"]), load_system(rec["system"])
             devices = int(rec["Nodes"]) * system.devices_per_node
@@ -40,7 +54,44 @@ def reference_rows() -> list[dict[str, Any]]:
                 "DP": int(rec["DP"]), "MBS": int(rec["MBS"]), "GAS": int(rec["GAS"]),
                 "MFU": flops.tflops_per_device(flops.megatron_model_flops(shape), seconds, devices)
                 / system.peak_tflops,
-                "state": "REFERENCE", "point": rec["model"],
+                "state": "REFERENCE", "point": rec["model"], "model": rec["model"],
             })
             rows.append(row)
     return rows
+
+
+def verdict(model: str | None, time_to_report_s: float | None) -> str | None:
+    """"pass" or "fail" against the benchmark's baseline, for the models that have one."""
+    if model not in BASELINE_S or time_to_report_s is None:
+        return None
+    return "pass" if time_to_report_s <= BASELINE_S[model] else "fail"
+
+
+def compare(rows: list[dict[str, Any]], references: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each completed row beside the reference row of its model (the same layout when there is one):
+    the tokens/s ratio, the ratio per device (fair across node counts), and the baseline verdict."""
+    done = [r for r in rows if r.get("state") in ("COMPLETED", "REFERENCE") and r.get("Tokens/sec")]
+    if not done:
+        raise ResultError("no completed point with a measured Tokens/sec to compare")
+    out = []
+    for row in done:
+        same_model = [ref for ref in references if ref["model"] == row["model"]]
+        exact = [ref for ref in same_model if all(ref[k] == row[k] for k in _LAYOUT)]
+        ref = (exact or same_model or [None])[0]
+        entry = {"point": row["point"], "model": row["model"], "system": row["system"],
+                 **{k: row[k] for k in _LAYOUT},
+                 "Tokens/sec": row["Tokens/sec"], "time_to_report_in_seconds": row["time_to_report_in_seconds"],
+                 "reference": None, "ref_Tokens/sec": None, "ratio": None, "ratio_per_device": None,
+                 "verdict": verdict(row["model"], row["time_to_report_in_seconds"])}
+        if ref is not None:
+            ratio = row["Tokens/sec"] / ref["Tokens/sec"]
+            entry.update({"reference": "same layout" if exact else f"{ref['Nodes']} nodes, tp {ref['Tensor_Parallel']}, "
+                                                                   f"pp {ref['Pipeline_Parallel']}",
+                          "ref_Tokens/sec": ref["Tokens/sec"], "ratio": ratio,
+                          "ratio_per_device": ratio * _devices(ref) / _devices(row)})
+        out.append(entry)
+    return out
+
+
+def _devices(row: dict[str, Any]) -> int:
+    return row["DP"] * row["Tensor_Parallel"] * row["Pipeline_Parallel"]

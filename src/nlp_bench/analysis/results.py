@@ -78,7 +78,7 @@ def point_row(point_dir: Path, version: str | None, run_id: str) -> dict[str, An
         "time_to_report_in_seconds": summary.get("time_to_report_s"),
         "DP": lay["dp"], "MBS": lay["mbs"], "GAS": lay["gas"], "MFU": summary.get("mfu"),
         "state": state.get("state", "NOT_SUBMITTED"), "failure_class": state.get("failure_class"),
-        "run": run_id, "point": point["id"],
+        "run": run_id, "point": point["id"], "model": point["model"]["name"],
     }
 
 
@@ -88,8 +88,33 @@ def run_rows(run: Run) -> list[dict[str, Any]]:
     return [point_row(p, version, run.id) for p in run.point_dirs()]
 
 
+#: Each column's pandas dtype (nullable: a point that has not run has no numbers), so that every
+#: export reads back into the same DataFrame.
+_INTEGER = {"Nodes", "Batch_Size", "Pipeline_Parallel", "Tensor_Parallel", "Iterations", "DP", "MBS", "GAS"}
+_FLOAT = {"Job_Time", "Model_Size", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds", "MFU"}
+DTYPES = {c: "Int64" if c in _INTEGER else "Float64" if c in _FLOAT else "string" for c in COLUMNS}
+
+
 def rows_frame(rows: list[dict[str, Any]]):
-    """Rows as a pandas DataFrame with the columns in the published order."""
+    """Rows as a pandas DataFrame with the columns in the published order and their dtypes."""
     import pandas as pd
 
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return typed(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def typed(frame):
+    """A result frame with the published columns and dtypes (what an export is read back into)."""
+    import pandas as pd
+
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        from nlp_bench.errors import ResultError
+
+        raise ResultError(f"not a result table: columns {', '.join(missing)} are missing")
+    frame = frame[COLUMNS].copy()
+    for column, dtype in DTYPES.items():
+        if dtype == "string":
+            frame[column] = frame[column].map(lambda v: None if pd.isna(v) else str(v)).astype("string")
+        else:
+            frame[column] = pd.to_numeric(frame[column]).astype("Float64").astype(dtype)
+    return frame

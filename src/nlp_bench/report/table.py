@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +47,65 @@ def render(rows: list[dict[str, Any]], fmt: str) -> str:
     if fmt == "csv":
         return frame.to_csv(index=False)
     if fmt == "json":
-        return json.dumps(json.loads(frame.to_json(orient="records")), indent=2) + "\n"
+        return json.dumps(json.loads(frame.to_json(orient="records", double_precision=15)), indent=2) + "\n"
     if fmt == "md":
-        shown = frame.apply(lambda col: col.map(lambda v, c=col.name: _shown(c, v)))
+        plain = frame.astype(object).where(frame.notna(), None)
+        shown = plain.apply(lambda col: col.map(lambda v, c=col.name: _shown(c, v)))
         return shown.to_markdown(index=False, disable_numparse=True) + "\n"
     raise ValueError(f"unknown format {fmt!r}")
 
 
+EXPORTS = ("csv", "json", "md", "html", "tex", "parquet", "sqlite")
+SQL_TABLE = "results"
+
+
 def export(rows: list[dict[str, Any]], fmt: str, path: Path) -> None:
-    write_text_atomic(Path(path), render(rows, fmt))
+    """Write the rows in one of EXPORTS; the file appears whole or not at all."""
+    path = Path(path)
+    if fmt in ("csv", "json", "md"):
+        write_text_atomic(path, render(rows, fmt))
+        return
+    frame = rows_frame(rows)
+    if fmt == "html":
+        write_text_atomic(path, frame.to_html(index=False, na_rep="-"))
+    elif fmt == "tex":
+        write_text_atomic(path, frame.to_latex(index=False, na_rep="-"))
+    elif fmt in ("parquet", "sqlite"):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            if fmt == "parquet":
+                frame.to_parquet(tmp, index=False)
+            else:
+                import sqlite3
+
+                with contextlib.closing(sqlite3.connect(tmp)) as db:
+                    frame.to_sql(SQL_TABLE, db, index=False)
+                    db.commit()
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    else:
+        raise ValueError(f"unknown export format {fmt!r}")
+
+
+def read_export(path: Path, fmt: str):
+    """An exported table read back into the DataFrame it was written from (csv, json, parquet, sqlite)."""
+    import pandas as pd
+
+    from nlp_bench.analysis.results import typed
+
+    path = Path(path)
+    if fmt == "csv":
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    elif fmt == "json":
+        frame = pd.DataFrame(json.loads(path.read_text()))
+    elif fmt == "parquet":
+        frame = pd.read_parquet(path)
+    elif fmt == "sqlite":
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            frame = pd.read_sql(f"SELECT * FROM {SQL_TABLE}", db)
+    else:
+        raise ValueError(f"cannot read {fmt!r} back")
+    return typed(frame)

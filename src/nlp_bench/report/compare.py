@@ -1,0 +1,31 @@
+"""`bench result compare`: measured rows beside the reference, as a table or a file format."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+COLUMNS = ["point", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS", "Tokens/sec",
+           "time_to_report_in_seconds", "verdict", "reference", "ref_Tokens/sec", "ratio", "ratio_per_device"]
+_DIGITS = {"Tokens/sec": 2, "time_to_report_in_seconds": 2, "ref_Tokens/sec": 2, "ratio": 3, "ratio_per_device": 3}
+
+
+def _shown(column: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{_DIGITS[column]}f}" if column in _DIGITS else str(value)
+
+
+def render_comparison(rows: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps([{c: r[c] for c in COLUMNS} for r in rows], indent=2) + "\n"
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    from tabulate import tabulate
+
+    shown = [[_shown(c, r[c]) for c in COLUMNS] for r in rows]
+    style = "github" if fmt == "md" else "simple"
+    return tabulate(shown, headers=COLUMNS, tablefmt=style, disable_numparse=True) + "\n"
