@@ -46,7 +46,9 @@ def test_cancel_kills_the_whole_job(tmp_path):
     ex = LocalExecutor()
     ex.submit(folder)
     deadline = time.monotonic() + 10
-    while not (folder / "child.pid").is_file() and time.monotonic() < deadline:
+    # the file exists a moment before its content does: wait for the whole pid
+    while not ((folder / "child.pid").is_file() and (folder / "child.pid").read_text().endswith("\n")) \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
     child = int((folder / "child.pid").read_text())
     ex.cancel(folder)

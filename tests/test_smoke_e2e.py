@@ -40,6 +40,26 @@ def test_workspace_files(smoke_run):
     assert "[default1]: iteration       40/      40" in (folder / "job.out").read_text()
 
 
+def test_result_carries_provenance(smoke_run):
+    import hashlib
+    import subprocess
+
+    import torch
+
+    from conftest import ROOT
+
+    cwd, _ = smoke_run
+    folder = next(cwd.glob("results/nlp/*/*/"))
+    prov = json.loads((folder / "result.json").read_text())["provenance"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert prov["git_commit"].startswith(head)
+    assert prov["jobscript_sha256"] == hashlib.sha256((folder / "jobscript.sbatch").read_bytes()).hexdigest()
+    assert prov["torch"] == torch.__version__ and prov["cuda"] is None  # a CPU run
+    assert prov["environment"]["OMP_NUM_THREADS"] == "1" and prov["environment"]["MASTER_PORT"].isdigit()
+    steady = json.loads((folder / "result.json").read_text())["steady"]
+    assert steady["intervals"] == 8 and steady["tokens_per_s"]["ci95"][0] <= steady["tokens_per_s"]["mean"]
+
+
 def test_row_has_throughput_and_time_to_report(smoke_run):
     cwd, proc = smoke_run
     result = json.loads(next(cwd.glob("results/nlp/*/*/result.json")).read_text())["summary"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,8 @@ from typing import Any
 from nlp_bench import flops
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.sweep.workspace import JOB_OUT, POINT_JSON, RESULT_JSON, STATE_JSON, Run, now_iso, read_optional
+from nlp_bench.sweep.workspace import (JOB_OUT, JOBSCRIPT, POINT_JSON, PROVENANCE_ENV, RESULT_JSON, RUN_JSON,
+                                      STATE_JSON, Run, now_iso, read_optional)
 
 #: The JUPITER JUBE result columns, then what users need beyond them.
 COLUMNS = [
@@ -38,8 +41,9 @@ def analyse_point(point_dir: Path, force: bool = False) -> dict[str, Any] | None
     if not force and out.is_file() and out.stat().st_mtime >= log.stat().st_mtime:
         return read_json(out)
     point = read_json(point_dir / POINT_JSON)
+    text = parsers.read_log(log)
     try:
-        parsed = parsers.parse(parsers.read_log(log))
+        parsed = parsers.parse(text)
     except parsers.ParseError:
         parsed = parsers.Parsed(None, [])
     records, seq_length = parsed.records, point["model"]["seq_length"]
@@ -50,10 +54,38 @@ def analyse_point(point_dir: Path, force: bool = False) -> dict[str, Any] | None
         # the JUBE-compatible figures (every interval) the table shows, and the steady state beside them
         "summary": summary.to_dict() if summary else None,
         "steady": metrics.steady_summary(records, seq_length)[1] if records else None,
+        "provenance": provenance(point_dir, text),
         "records": [r.to_dict() for r in records],
     }
     write_json_atomic(out, result)
     return result
+
+
+_LIBRARIES = re.compile(r"nlp-bench trainer: torch (\S+?),?(?: \(CUDA (\S+), NCCL ([^)]+)\))?, backend")
+
+
+def provenance(point_dir: Path, log_text: str) -> dict[str, Any]:
+    """Where a number comes from: the commit that rendered the jobscript, the script's sha256, the nodes,
+    the library versions the trainer reported and the environment that shapes performance."""
+    run_meta = read_optional(point_dir.parent / RUN_JSON) or {}
+    script = point_dir / JOBSCRIPT
+    environment: dict[str, str] = {}
+    env_file = point_dir / PROVENANCE_ENV
+    if env_file.is_file():
+        for line in env_file.read_text(errors="replace").splitlines():
+            name, sep, value = line.partition("=")
+            if sep:
+                environment[name] = value
+    libraries = _LIBRARIES.search(log_text)
+    return {
+        "git_commit": (run_meta.get("versions") or {}).get("git_commit"),
+        "jobscript_sha256": hashlib.sha256(script.read_bytes()).hexdigest() if script.is_file() else None,
+        "nodelist": environment.get("SLURM_JOB_NODELIST"),
+        "torch": libraries.group(1) if libraries else None,
+        "cuda": libraries.group(2) if libraries else None,
+        "nccl": libraries.group(3) if libraries else None,
+        "environment": environment,
+    }
 
 
 def _job_time(state: dict[str, Any]) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from nlp_bench.spec.benchmark import Point
 
 RUN_JSON, POINT_JSON, STATE_JSON, RESULT_JSON = "run.json", "point.json", "state.json", "result.json"
 JOBSCRIPT, JOB_OUT, JOB_ERR = "jobscript.sbatch", "job.out", "job.err"
+PROVENANCE_ENV = "provenance.env"  # written by the jobscript at start: the environment that shapes performance
 
 
 def now_iso() -> str:
@@ -44,7 +46,25 @@ def _version(package: str) -> str | None:
 def versions() -> dict[str, Any]:
     """Software versions, read from package metadata so that the CLI never imports torch for them."""
     return {"nlp-bench": __version__, "python": platform.python_version(), "torch": _version("torch"),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "git_commit": git_commit()}
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout that rendered the jobscripts, "+dirty" when it holds changes; None
+    outside a git checkout."""
+    from nlp_bench.paths import project_root
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", *args], cwd=project_root(), capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 @dataclass(frozen=True)

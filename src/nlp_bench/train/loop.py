@@ -208,7 +208,9 @@ def train(args: Namespace) -> int:
     seq_local = args.seq_length // grid.tp if args.sequence_parallel else args.seq_length
     activation_shape = (seq_local, mbs, args.hidden_size)
 
-    say(grid, f"torch {torch.__version__}, backend {args.distributed_backend}, device {device.type}, "
+    libraries = (f" (CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))})"
+                 if torch.cuda.is_available() else "")
+    say(grid, f"torch {torch.__version__}{libraries}, backend {args.distributed_backend}, device {device.type}, "
               f"{torch.get_num_threads()} threads per rank, {precision}")
     say(grid, f"world {grid.world} = tp {grid.tp} x pp {grid.pp} x dp {grid.dp}; micro batch {mbs}, {gas} "
               f"micro-batches per iteration, global batch {gbs}, sequence {args.seq_length}; sequence parallel "
