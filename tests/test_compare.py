@@ -1,5 +1,7 @@
 """`bench result compare`: measured rows against the published reference, with the 560 s verdict."""
 
+import json
+
 import pytest
 
 from conftest import DATA
@@ -86,3 +88,43 @@ def test_text_exports(bench, results, tmp_path, fmt, needle):
     out = bench("result", "export", "--format", fmt, "-o", str(target))
     text = target.read_text()
     assert out.exit_code == 0 and needle in text and "34063" in text and "<NA>" not in text, out.output
+
+
+def _fake_sweep(bench, results, tmp_path):
+    """A 13B sweep over nodes and tp x pp whose logs say what a measured run would: faster with more
+    nodes, best at tp 2 / pp 4, a slow first interval."""
+    (tmp_path / "g.yaml").write_text('tag: "13"\nmatrix: {nodes: [8, 16], tp: [1, 2], pp: [2, 4]}\n'
+                                     'derived: {gas: "1024 // (nodes * 4 // (tp * pp))"}\n')
+    assert bench("sweep", str(tmp_path / "g.yaml"), "--dry-run").exit_code == 0
+    for folder in sorted(results.glob("nlp/*/*/")):
+        point = json.loads((folder / "point.json").read_text())
+        lay = point["layout"]
+        base = 34.0 * 8 / lay["nodes"] * (1.0 if (lay["tp"], lay["pp"]) == (2, 4) else 1.3)
+        lines = [f"[default3]: iteration {10 * i:8d}/   1000 | elapsed time per iteration (s): "
+                 f"{base * (1.5 if i == 1 else 1.0):.4f} | global batch size: {lay['global_batch_size']:5d} | "
+                 f"lm loss: 8.0E+00 |" for i in range(1, 7)]
+        (folder / "job.out").write_text("\n".join(lines) + "\n")
+        states.record(folder, states.COMPLETED, executor="slurm", job_id="1", exit_code=0)
+
+
+def test_plots_for_a_sweep(bench, results, tmp_path):
+    _fake_sweep(bench, results, tmp_path)
+    out = bench("result", "plot", "-o", str(tmp_path / "plots"))
+    assert out.exit_code == 0, out.output
+    files = {p.name: p for p in (tmp_path / "plots").iterdir()}
+    for stem in ("strong_scaling", "time_to_report", "heatmap_gpt-13b_n8", "heatmap_gpt-13b_n16",
+                 "trace_gpt-13b_n8_tp2_pp4_mbs1_gas256"):
+        png, svg = files[f"{stem}.png"], files[f"{stem}.svg"]
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, stem
+        assert "<svg" in svg.read_text()[:500] and svg.stat().st_size > 5000, stem
+    assert len(files) == 2 * (2 + 2 + 8)  # scaling, time to report, two heatmaps, eight traces
+
+
+def test_plot_without_completed_points_is_one_line(bench, results, tmp_path):
+    assert bench("run", "--tag", "smoke", "--dry-run").exit_code == 0
+    from click.testing import CliRunner
+
+    from nlp_bench.cli import cli
+
+    out = CliRunner().invoke(cli, ["--results-dir", str(results), "result", "plot", "-o", str(tmp_path / "p")])
+    assert out.exit_code == 2 and "no completed point" in out.stderr

@@ -261,6 +261,28 @@ def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str,
     click.echo(render_comparison(rows, fmt), nl=False)
 
 
+@result.command("plot")
+@click.argument("run_refs", metavar="[RUN]...", nargs=-1)
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the figures (PNG and SVG).")
+@click.pass_context
+def result_plot(ctx: click.Context, run_refs: tuple[str, ...], out_dir: Path) -> None:
+    """Plot strong scaling, time to report (with the 175B baseline), TP x PP heatmaps and iteration-time
+    traces for the completed points of one or more RUNs (default: the newest run)."""
+    from nlp_bench.analysis.results import analyse_point, run_rows
+    from nlp_bench.report.plots import plot_all
+    from nlp_bench.sweep.workspace import find_run
+
+    rows, records = [], {}
+    for ref in run_refs or (None,):
+        run_ = _refreshed(find_run(ctx.obj["results_dir"], ref))
+        rows += run_rows(run_)
+        for point_dir in run_.point_dirs():
+            records[point_dir.name] = (analyse_point(point_dir) or {}).get("records") or []
+    paths = plot_all(rows, records, out_dir)
+    click.echo(f"wrote {len(paths)} figure files to {out_dir}")
+
+
 @result.command("export")
 @click.argument("run_ref", metavar="[RUN]", required=False)
 @click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), required=True)
