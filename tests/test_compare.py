@@ -128,3 +128,28 @@ def test_plot_without_completed_points_is_one_line(bench, results, tmp_path):
 
     out = CliRunner().invoke(cli, ["--results-dir", str(results), "result", "plot", "-o", str(tmp_path / "p")])
     assert out.exit_code == 2 and "no completed point" in out.stderr
+
+
+def test_html_report_renders_in_headless_chromium(bench, results, tmp_path):
+    import re
+    import shutil
+    import subprocess
+
+    _fake_sweep(bench, results, tmp_path)
+    report = tmp_path / "report.html"
+    out = bench("result", "report", "-o", str(report))
+    assert out.exit_code == 0 and "(8 points)" in out.output, out.output
+    html = report.read_text()
+    assert html.count('class="result-row"') == 8 and html.count("data:image/png;base64,") == 2 + 2 + 8
+    assert 'src="http' not in html and "<link" not in html, "the report must be self-contained"
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no headless Chromium here (apt-get install chromium)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1400,1000", report.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert len(re.findall(r'<tr class="result-row">', dom)) == 8, "the rendered page holds every row"

@@ -283,6 +283,37 @@ def result_plot(ctx: click.Context, run_refs: tuple[str, ...], out_dir: Path) ->
     click.echo(f"wrote {len(paths)} figure files to {out_dir}")
 
 
+@result.command("report")
+@click.argument("run_refs", metavar="[RUN]...", nargs=-1)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The HTML file to write.")
+@click.option("--reference", "reference_name", default="jupiter", show_default=True, metavar="NAME",
+              help="Reference rows to compare with: results/reference/NAME.csv.")
+@click.pass_context
+def result_report(ctx: click.Context, run_refs: tuple[str, ...], output: Path, reference_name: str) -> None:
+    """Write a self-contained HTML report of one or more RUNs: table, comparison, figures, provenance."""
+    from nlp_bench.analysis.reference import reference_rows
+    from nlp_bench.analysis.results import analyse_point, run_rows
+    from nlp_bench.report.html import write_report
+    from nlp_bench.sweep.workspace import find_run
+
+    references = reference_rows(reference_name)
+    rows, records, steady, provenance, ids = [], {}, {}, {}, []
+    for ref in run_refs or (None,):
+        run_ = _refreshed(find_run(ctx.obj["results_dir"], ref))
+        ids.append(run_.id)
+        rows += run_rows(run_)
+        for point_dir in run_.point_dirs():
+            result = analyse_point(point_dir) or {}
+            records[point_dir.name] = result.get("records") or []
+            if result.get("steady"):
+                steady[point_dir.name] = result["steady"]
+            if result.get("provenance"):
+                provenance[point_dir.name] = result["provenance"]
+    write_report(output, ", ".join(ids), rows, records, steady, provenance, references, reference_name)
+    click.echo(f"wrote {output} ({len(rows)} points)")
+
+
 @result.command("export")
 @click.argument("run_ref", metavar="[RUN]", required=False)
 @click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), required=True)

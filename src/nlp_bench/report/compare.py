@@ -10,7 +10,7 @@ COLUMNS = ["point", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "
 _DIGITS = {"Tokens/sec": 2, "time_to_report_in_seconds": 2, "ref_Tokens/sec": 2, "ratio": 3, "ratio_per_device": 3}
 
 
-def _shown(column: str, value: Any) -> str:
+def format_cell(column: str, value: Any) -> str:
     if value is None:
         return "-"
     return f"{value:.{_DIGITS[column]}f}" if column in _DIGITS else str(value)
@@ -26,6 +26,6 @@ def render_comparison(rows: list[dict[str, Any]], fmt: str) -> str:
         return frame.to_csv(index=False)
     from tabulate import tabulate
 
-    shown = [[_shown(c, r[c]) for c in COLUMNS] for r in rows]
+    shown = [[format_cell(c, r[c]) for c in COLUMNS] for r in rows]
     style = "github" if fmt == "md" else "simple"
     return tabulate(shown, headers=COLUMNS, tablefmt=style, disable_numparse=True) + "\n"

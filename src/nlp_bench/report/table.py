@@ -18,7 +18,7 @@ FORMATS = ("pretty", "csv", "json", "md")
 _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2, "MFU": 4, "Job_Time": 0}
 
 
-def _shown(column: str, value: Any) -> str:
+def format_cell(column: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if column in _DIGITS and isinstance(value, (int, float)):
@@ -38,7 +38,7 @@ def render(rows: list[dict[str, Any]], fmt: str) -> str:
             table.add_column(column, justify="right" if column in _DIGITS or column in ("Nodes", "DP") else "left",
                              overflow="fold")
         for row in rows:
-            table.add_row(*(_shown(c, row.get(c)) for c in COLUMNS))
+            table.add_row(*(format_cell(c, row.get(c)) for c in COLUMNS))
         buffer = io.StringIO()
         # wide enough that no cell wraps: the table is read, copied and grepped, not just looked at
         Console(file=buffer, width=1000, force_terminal=False).print(table)
@@ -50,7 +50,7 @@ def render(rows: list[dict[str, Any]], fmt: str) -> str:
         return json.dumps(json.loads(frame.to_json(orient="records", double_precision=15)), indent=2) + "\n"
     if fmt == "md":
         plain = frame.astype(object).where(frame.notna(), None)
-        shown = plain.apply(lambda col: col.map(lambda v, c=col.name: _shown(c, v)))
+        shown = plain.apply(lambda col: col.map(lambda v, c=col.name: format_cell(c, v)))
         return shown.to_markdown(index=False, disable_numparse=True) + "\n"
     raise ValueError(f"unknown format {fmt!r}")
 

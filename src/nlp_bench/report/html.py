@@ -1,0 +1,65 @@
+"""`bench result report`: one self-contained HTML file (figures embedded) with the result table, the
+comparison with the reference, the figures and every point's provenance, to attach to a submission."""
+
+from __future__ import annotations
+
+import base64
+import json
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from nlp_bench import __version__
+from nlp_bench.analysis.reference import compare
+from nlp_bench.analysis.results import COLUMNS
+from nlp_bench.errors import ResultError
+from nlp_bench.fsio import write_text_atomic
+from nlp_bench.report import compare as comparison_table
+from nlp_bench.report.table import format_cell
+
+_TEXT = {"system", "version", "queue", "JobID", "state", "failure_class", "run", "point", "reference", "model"}
+
+
+def _steady_rows(steady: dict[str, dict]) -> list[dict[str, Any]]:
+    def num(value: float | None, digits: int = 2) -> str:
+        return "-" if value is None else f"{value:,.{digits}f}"
+
+    out = []
+    for point, summary in steady.items():
+        tokens = summary.get("tokens_per_s") or {}
+        ci = tokens.get("ci95")
+        out.append({"point": point, "intervals": summary["intervals"], "warmup": summary["warmup_excluded"],
+                    "mean": num(tokens.get("mean")), "median": num(tokens.get("median")), "std": num(tokens.get("std")),
+                    "ci": f"{num(ci[0])} .. {num(ci[1])}" if ci else "-", "report": num(summary.get("time_to_report_s"))})
+    return out
+
+
+def write_report(path: Path, title: str, rows: list[dict[str, Any]], records: dict[str, list[dict]],
+                 steady: dict[str, dict], provenance: dict[str, dict], references: list[dict[str, Any]],
+                 reference_name: str) -> None:
+    import jinja2
+
+    from nlp_bench.report.plots import plot_all
+
+    try:
+        comparison = compare(rows, references)
+    except ResultError:
+        comparison = []
+    figures = []
+    if comparison:
+        with tempfile.TemporaryDirectory() as tmp:
+            for figure in plot_all(rows, records, Path(tmp)):
+                if figure.suffix == ".png":
+                    figures.append((figure.stem, base64.b64encode(figure.read_bytes()).decode("ascii")))
+    env = jinja2.Environment(loader=jinja2.PackageLoader("nlp_bench.report", "templates"),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    html = env.get_template("report.html.j2").render(
+        title=title, generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
+        columns=COLUMNS, rows=[{c: format_cell(c, r.get(c)) for c in COLUMNS} for r in rows], text_columns=_TEXT,
+        comparison_columns=comparison_table.COLUMNS,
+        comparison=[{c: comparison_table.format_cell(c, r[c]) for c in comparison_table.COLUMNS} for r in comparison],
+        reference_name=reference_name, figures=figures, steady=_steady_rows(steady),
+        provenance=[(point, json.dumps(prov, indent=2, sort_keys=True)) for point, prov in provenance.items()],
+    )
+    write_text_atomic(Path(path), html)
