@@ -153,3 +153,30 @@ def test_html_report_renders_in_headless_chromium(bench, results, tmp_path):
     dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert len(re.findall(r'<tr class="result-row">', dom)) == 8, "the rendered page holds every row"
+
+
+def test_table_over_runs_sorted_and_filtered(bench, results, tmp_path):
+    from nlp_bench.api import load_results
+
+    _fake_sweep(bench, results, tmp_path)
+    assert bench("run", "--tag", "13", "--dry-run").exit_code == 0  # a second run, not submitted
+    every = bench("result", "table", "--all", "--format", "csv")
+    assert every.exit_code == 0 and len(every.output.splitlines()) == 1 + 8 + 1, every.output
+    fast = bench("result", "table", "--all", "--format", "csv", "--filter", "Nodes == 16 and Tokens_sec > 100000",
+                 "--sort", "-Tokens/sec")
+    lines = fast.output.splitlines()
+    assert fast.exit_code == 0 and len(lines) == 2 and ",gpt-13b_n16_tp2_pp4_mbs1_gas128" in lines[1], fast.output
+    ordered = bench("result", "table", "--all", "--format", "csv", "--sort", "Tokens_sec").output.splitlines()[1:]
+    assert "NOT_SUBMITTED" in ordered[-1], "rows without the value come last"
+    assert ordered[-2].split(",")[-1] == "gpt-13b_n16_tp2_pp4_mbs1_gas128"
+    frame = load_results(results)
+    assert len(frame) == 9 and frame["Tokens/sec"].notna().sum() == 8 and str(frame["Nodes"].dtype) == "Int64"
+    from click.testing import CliRunner
+
+    from nlp_bench.cli import cli
+
+    for args, needle in ((["--filter", "Tokens_secc > 1"], "unknown column Tokens_secc"),
+                         (["--sort", "nosuch"], "--sort: unknown column 'nosuch'"),
+                         (["--filter", "__import__('os')"], "only min, max, abs, int may be called")):
+        out = CliRunner().invoke(cli, ["--results-dir", str(results), "result", "table", "--all", *args])
+        assert out.exit_code == 2 and needle in out.stderr, out.output

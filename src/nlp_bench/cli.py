@@ -218,24 +218,38 @@ def result() -> None:
 
 
 @result.command("table")
-@click.argument("run_ref", metavar="[RUN]", required=False)
+@click.argument("run_refs", metavar="[RUN]...", nargs=-1)
+@click.option("--all", "all_runs", is_flag=True, help="Every run under the results folder.")
+@click.option("--sort", default=None, metavar="COLUMN", help="Sort by a column; -COLUMN for descending.")
+@click.option("--filter", "where", default=None, metavar="EXPR",
+              help='Keep rows where EXPR holds, e.g. "Nodes >= 96 and Tokens_sec > 3e4" (non-letters in '
+                   'column names become _).')
 @click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="pretty", show_default=True)
 @click.option("--reference", is_flag=True, help="Add the published JUPITER reference rows.")
 @click.pass_context
-def result_table(ctx: click.Context, run_ref: str | None, fmt: str, reference: bool) -> None:
-    """Print the result table of RUN (a run id, its prefix, or its folder; default: the newest run)."""
+def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, sort: str | None,
+                 where: str | None, fmt: str, reference: bool) -> None:
+    """Print the result table of RUNs (run ids, prefixes or folders; default: the newest run)."""
     from nlp_bench.analysis.results import run_rows
-    from nlp_bench.report.table import render
-    from nlp_bench.sweep.workspace import find_run
+    from nlp_bench.report.table import render, select
+    from nlp_bench.sweep.workspace import find_run, list_runs
 
     rows = []
     if reference:
         from nlp_bench.analysis.reference import reference_rows
 
         rows = reference_rows()
-    if run_ref is not None or not reference:
-        rows += run_rows(_refreshed(find_run(ctx.obj["results_dir"], run_ref)))
-    click.echo(render(rows, fmt), nl=False)
+    if all_runs:
+        runs = list_runs(ctx.obj["results_dir"])
+        if not runs:
+            find_run(ctx.obj["results_dir"], None)  # says where it looked
+    elif run_refs or not reference:
+        runs = [find_run(ctx.obj["results_dir"], ref) for ref in run_refs or (None,)]
+    else:
+        runs = []
+    for run_ in runs:
+        rows += run_rows(_refreshed(run_))
+    click.echo(render(select(rows, sort, where), fmt), nl=False)
 
 
 @result.command("compare")

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,43 @@ def render(rows: list[dict[str, Any]], fmt: str) -> str:
         shown = plain.apply(lambda col: col.map(lambda v, c=col.name: format_cell(c, v)))
         return shown.to_markdown(index=False, disable_numparse=True) + "\n"
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _identifier(column: str) -> str:
+    """A column as a name a --filter expression can use: Tokens/sec -> Tokens_sec."""
+    return re.sub(r"\W", "_", column)
+
+
+def select(rows: list[dict[str, Any]], sort: str | None = None, where: str | None = None) -> list[dict[str, Any]]:
+    """The rows that satisfy `where` (an expression over the columns, e.g. "Nodes >= 96 and Tokens_sec > 3e4";
+    a row missing a value it reads does not match), sorted by a column (`-COLUMN`: descending; empty
+    values last)."""
+    from nlp_bench.errors import SpecError
+    from nlp_bench.sweep.expr import EvaluationError, Expression
+
+    names = {_identifier(c): c for c in COLUMNS}
+    if where:
+        expression = Expression(where, "--filter")
+        unknown = expression.names - set(names)
+        if unknown:
+            raise SpecError(f"--filter: unknown column {', '.join(sorted(unknown))}; columns: {', '.join(names)}")
+        kept = []
+        for row in rows:
+            try:
+                if expression({n: row.get(c) for n, c in names.items()}):
+                    kept.append(row)
+            except EvaluationError:
+                continue
+        rows = kept
+    if sort:
+        column = sort.lstrip("-")
+        column = names.get(_identifier(column), column)
+        if column not in COLUMNS:
+            raise SpecError(f"--sort: unknown column {column!r}; columns: {', '.join(COLUMNS)}")
+        present = [r for r in rows if r.get(column) is not None]
+        present.sort(key=lambda r: r[column], reverse=sort.startswith("-"))
+        rows = present + [r for r in rows if r.get(column) is None]
+    return rows
 
 
 EXPORTS = ("csv", "json", "md", "html", "tex", "parquet", "sqlite")
