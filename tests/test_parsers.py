@@ -164,3 +164,4 @@ def test_zero_and_non_finite_values_are_not_measurements():
     assert (rec.global_batch_size, rec.samples_per_s, rec.tflops_per_gpu, rec.loss) == (None, None, None, None)
     _, summary = metrics.steady_summary([rec], seq_length=2048)
     assert summary["tokens_per_s"] is None and summary["time_to_report_s"] is None
+
