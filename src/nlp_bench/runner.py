@@ -12,9 +12,9 @@ from rich.console import Console
 
 from nlp_bench.analysis import parsers
 from nlp_bench.analysis.results import run_rows
+from nlp_bench.errors import SpecError
 from nlp_bench.launch import states
 from nlp_bench.launch.executor import get_executor, wait
-from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.report.table import render
 from nlp_bench.spec.benchmark import Point, load_benchmark
