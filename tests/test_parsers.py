@@ -165,3 +165,29 @@ def test_zero_and_non_finite_values_are_not_measurements():
     _, summary = metrics.steady_summary([rec], seq_length=2048)
     assert summary["tokens_per_s"] is None and summary["time_to_report_s"] is None
 
+
+
+
+def test_large_files_are_parsed_in_parallel_ranges_with_the_same_result(tmp_path, monkeypatch):
+    """A big log is read and parsed in byte ranges by forked workers; the records must be the one-pass
+    ones, also when a range boundary falls between two ranks' copies of an iteration, next to a line
+    of another shape, and with a torn last line."""
+    jupiter = (LOGS / "megatron_jupiter.log").read_text().splitlines()
+    line = next(text for text in jupiter if "iteration       10/" in text)
+    body = []
+    for i in range(1, 400):
+        copy = line.replace("iteration       10/", f"iteration {10 * i:8d}/").replace("7.2310", f"{5 + i / 1000:.4f}")
+        body += [copy, copy.replace("[default3]", "[default7]"), "NCCL INFO noise é"]
+        if i == 200:
+            body.append(" iteration     9999/   10000 | elapsed time per iteration (ms): 812.5 | global batch size: 96 |")
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(body) + "\n" + line.replace("iteration       10/", "iteration    99999/")[:80])
+    serial = parsers.parse(log.read_text())
+    monkeypatch.setattr(parsers, "PARALLEL_BYTES", log.stat().st_size // 3)
+    monkeypatch.setattr(parsers.os, "cpu_count", lambda: 3)  # three ranges even on a 2-core machine
+    assert parsers._megatron_file(log) is not None, "the parallel path must be the one tested"
+    parallel = parsers.parse_log(log)
+    assert parallel.format == serial.format == "megatron-jupiter"
+    assert parallel.records == serial.records and len(serial.records) == 400
+    assert serial.records[-1].iteration == 9999 and serial.records[-1].iteration_time_s == 0.8125
+    assert parsers.parse_log(log, "megatron-jupiter").records == serial.records

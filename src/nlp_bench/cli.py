@@ -360,10 +360,9 @@ def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_js
 
     from nlp_bench.analysis import metrics, parsers
 
-    text = parsers.read_log(log)
     try:
-        parsed = parsers.parse(text, fmt)
-    except parsers.ParseError as exc:
+        parsed = parsers.parse_log(log, fmt)
+    except parsers.NoRecords as exc:
         raise parsers.ParseError(f"{log}: {exc}") from None
     records, summary = metrics.steady_summary(parsed.records, seq_length, tokens)
     if as_json:
