@@ -72,7 +72,7 @@ def _number(raw: str) -> float | None:
         value = float(raw)
     except ValueError:
         return None
-    return value if value == value and abs(value) != float("inf") else None
+    return value if math.isfinite(value) else None
 
 
 # --- Megatron-shaped lines ---------------------------------------------------------------------------
@@ -110,16 +110,10 @@ def _handler(key: str) -> tuple[str, float, bool] | None:
 
 def _assign(fields: dict, handler: tuple[str, float, bool], raw: str) -> None:
     name, scale, positive = handler
-    try:
-        value = float(raw)
-    except ValueError:
-        return
-    if value != value or value in (_INF, -_INF) or (positive and value <= 0):
+    value = _number(raw)
+    if value is None or (positive and value <= 0):
         return  # nan, inf, or a rate or batch of zero: a broken line, not a measurement
     fields[name] = int(value) if scale == 0 else value * scale
-
-
-_INF = float("inf")
 
 
 def _megatron_fields(rest: str, terminated: bool) -> tuple[dict, list[str], bool]:
