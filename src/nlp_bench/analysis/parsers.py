@@ -414,7 +414,7 @@ def read_log(path: Path) -> str:
 def parse_log(path: Path, fmt: str | None = None) -> Parsed:
     """parse() for a log file; a large Megatron log is read and parsed in parallel byte ranges."""
     path = Path(path)
-    if fmt is None or (fmt in FORMATS and fmt not in _PARSERS) or fmt == "megatron":
+    if fmt is None or (fmt in FORMATS and fmt not in ("nxdt", "hf-bert")):  # a Megatron variant, or detect
         parsed = _megatron_file(path)
         if parsed is not None:
             return parsed if fmt in (None, "megatron") else Parsed(fmt, parsed.records)
