@@ -180,3 +180,13 @@ def test_table_over_runs_sorted_and_filtered(bench, results, tmp_path):
                          (["--filter", "__import__('os')"], "only min, max, abs, int may be called")):
         out = CliRunner().invoke(cli, ["--results-dir", str(results), "result", "table", "--all", *args])
         assert out.exit_code == 2 and needle in out.stderr, out.output
+
+
+def test_plots_of_two_runs_of_the_same_points_keep_both_traces(bench, results, tmp_path):
+    _fake_sweep(bench, results, tmp_path)
+    _fake_sweep(bench, results, tmp_path)  # the same eight points again, in a second run
+    runs = sorted(p.name for p in (results / "nlp").iterdir())
+    out = bench("result", "plot", *runs, "-o", str(tmp_path / "plots"))
+    assert out.exit_code == 0, out.output
+    traces = sorted(p.name for p in (tmp_path / "plots").glob("trace_*.png"))
+    assert len(traces) == 16 and all(any(run in t for run in runs) for t in traces)

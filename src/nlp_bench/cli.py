@@ -275,6 +275,21 @@ def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str,
     click.echo(render_comparison(rows, fmt), nl=False)
 
 
+def _gathered(ctx: click.Context, run_refs: tuple[str, ...]):
+    """Run ids, table rows and analysed results (keyed by (run, point)) of RUNs (default: the newest)."""
+    from nlp_bench.analysis.results import run_results
+    from nlp_bench.sweep.workspace import find_run
+
+    ids, rows, results = [], [], {}
+    for ref in run_refs or (None,):
+        run_ = _refreshed(find_run(ctx.obj["results_dir"], ref))
+        ids.append(run_.id)
+        for row, result in run_results(run_):
+            rows.append(row)
+            results[(row["run"], row["point"])] = result
+    return ids, rows, results
+
+
 @result.command("plot")
 @click.argument("run_refs", metavar="[RUN]...", nargs=-1)
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
@@ -283,17 +298,10 @@ def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str,
 def result_plot(ctx: click.Context, run_refs: tuple[str, ...], out_dir: Path) -> None:
     """Plot strong scaling, time to report (with the 175B baseline), TP x PP heatmaps and iteration-time
     traces for the completed points of one or more RUNs (default: the newest run)."""
-    from nlp_bench.analysis.results import analyse_point, run_rows
     from nlp_bench.report.plots import plot_all
-    from nlp_bench.sweep.workspace import find_run
 
-    rows, records = [], {}
-    for ref in run_refs or (None,):
-        run_ = _refreshed(find_run(ctx.obj["results_dir"], ref))
-        rows += run_rows(run_)
-        for point_dir in run_.point_dirs():
-            records[point_dir.name] = (analyse_point(point_dir) or {}).get("records") or []
-    paths = plot_all(rows, records, out_dir)
+    _, rows, results = _gathered(ctx, run_refs)
+    paths = plot_all(rows, {key: r.get("records") or [] for key, r in results.items()}, out_dir)
     click.echo(f"wrote {len(paths)} figure files to {out_dir}")
 
 
@@ -307,24 +315,11 @@ def result_plot(ctx: click.Context, run_refs: tuple[str, ...], out_dir: Path) ->
 def result_report(ctx: click.Context, run_refs: tuple[str, ...], output: Path, reference_name: str) -> None:
     """Write a self-contained HTML report of one or more RUNs: table, comparison, figures, provenance."""
     from nlp_bench.analysis.reference import reference_rows
-    from nlp_bench.analysis.results import analyse_point, run_rows
     from nlp_bench.report.html import write_report
-    from nlp_bench.sweep.workspace import find_run
 
     references = reference_rows(reference_name)
-    rows, records, steady, provenance, ids = [], {}, {}, {}, []
-    for ref in run_refs or (None,):
-        run_ = _refreshed(find_run(ctx.obj["results_dir"], ref))
-        ids.append(run_.id)
-        rows += run_rows(run_)
-        for point_dir in run_.point_dirs():
-            result = analyse_point(point_dir) or {}
-            records[point_dir.name] = result.get("records") or []
-            if result.get("steady"):
-                steady[point_dir.name] = result["steady"]
-            if result.get("provenance"):
-                provenance[point_dir.name] = result["provenance"]
-    write_report(output, ", ".join(ids), rows, records, steady, provenance, references, reference_name)
+    ids, rows, results = _gathered(ctx, run_refs)
+    write_report(output, ", ".join(ids), rows, results, references, reference_name)
     click.echo(f"wrote {output} ({len(rows)} points)")
 
 

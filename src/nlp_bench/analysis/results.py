@@ -95,10 +95,11 @@ def _job_time(state: dict[str, Any]) -> float | None:
         return None
 
 
-def point_row(point_dir: Path, version: str | None, run_id: str) -> dict[str, Any]:
+def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The table row of a point; `result` is its analysed result.json when the caller has it already."""
     point = read_json(Path(point_dir) / POINT_JSON)
     state = read_optional(Path(point_dir) / STATE_JSON) or {}
-    result = analyse_point(point_dir) or {}
+    result = (analyse_point(point_dir) or {}) if result is None else result
     summary = result.get("summary") or {}
     lay = point["layout"]
     return {
@@ -116,8 +117,18 @@ def point_row(point_dir: Path, version: str | None, run_id: str) -> dict[str, An
 
 def run_rows(run: Run) -> list[dict[str, Any]]:
     """One row per point of the run, analysing logs that have not been analysed yet."""
+    return [row for row, _ in run_results(run)]
+
+
+def run_results(run: Run) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each point's table row with its analysed result.json ({} for a point without a log), for the
+    commands that need more than the row (records, steady state, provenance)."""
     version = (run.meta().get("versions") or {}).get("nlp-bench")
-    return [point_row(p, version, run.id) for p in run.point_dirs()]
+    out = []
+    for point_dir in run.point_dirs():
+        result = analyse_point(point_dir) or {}
+        out.append((point_row(point_dir, version, run.id, result), result))
+    return out
 
 
 #: Each column's pandas dtype (nullable: a point that has not run has no numbers), so that every

@@ -21,12 +21,15 @@ from nlp_bench.report.table import format_cell
 _TEXT = {"system", "version", "queue", "JobID", "state", "failure_class", "run", "point", "reference", "model"}
 
 
-def _steady_rows(steady: dict[str, dict]) -> list[dict[str, Any]]:
+def _steady_rows(results: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
     def num(value: float | None, digits: int = 2) -> str:
         return "-" if value is None else f"{value:,.{digits}f}"
 
     out = []
-    for point, summary in steady.items():
+    for (_, point), result in results.items():
+        summary = result.get("steady")
+        if not summary:
+            continue
         tokens = summary.get("tokens_per_s") or {}
         ci = tokens.get("ci95")
         out.append({"point": point, "intervals": summary["intervals"], "warmup": summary["warmup_excluded"],
@@ -35,9 +38,9 @@ def _steady_rows(steady: dict[str, dict]) -> list[dict[str, Any]]:
     return out
 
 
-def write_report(path: Path, title: str, rows: list[dict[str, Any]], records: dict[str, list[dict]],
-                 steady: dict[str, dict], provenance: dict[str, dict], references: list[dict[str, Any]],
-                 reference_name: str) -> None:
+def write_report(path: Path, title: str, rows: list[dict[str, Any]], results: dict[tuple[str, str], dict],
+                 references: list[dict[str, Any]], reference_name: str) -> None:
+    """results: each point's analysed result.json, by (run, point)."""
     import jinja2
 
     from nlp_bench.report.plots import plot_all
@@ -49,6 +52,7 @@ def write_report(path: Path, title: str, rows: list[dict[str, Any]], records: di
     figures = []
     if comparison:
         with tempfile.TemporaryDirectory() as tmp:
+            records = {key: result.get("records") or [] for key, result in results.items()}
             for figure in plot_all(rows, records, Path(tmp)):
                 if figure.suffix == ".png":
                     figures.append((figure.stem, base64.b64encode(figure.read_bytes()).decode("ascii")))
@@ -59,7 +63,8 @@ def write_report(path: Path, title: str, rows: list[dict[str, Any]], records: di
         columns=COLUMNS, rows=[{c: format_cell(c, r.get(c)) for c in COLUMNS} for r in rows], text_columns=_TEXT,
         comparison_columns=comparison_table.COLUMNS,
         comparison=[{c: comparison_table.format_cell(c, r[c]) for c in comparison_table.COLUMNS} for r in comparison],
-        reference_name=reference_name, figures=figures, steady=_steady_rows(steady),
-        provenance=[(point, json.dumps(prov, indent=2, sort_keys=True)) for point, prov in provenance.items()],
+        reference_name=reference_name, figures=figures, steady=_steady_rows(results),
+        provenance=[(f"{run} / {point}", json.dumps(result["provenance"], indent=2, sort_keys=True))
+                    for (run, point), result in results.items() if result.get("provenance")],
     )
     write_text_atomic(Path(path), html)

@@ -131,8 +131,9 @@ def trace(point: str, records: list[dict[str, Any]], out_dir: Path) -> list[Path
     return _save(fig, out_dir, f"trace_{point}")
 
 
-def plot_all(rows: list[dict[str, Any]], records: dict[str, list[dict[str, Any]]], out_dir: Path) -> list[Path]:
-    """Every figure for the rows (records: a completed point's parsed records, by point id)."""
+def plot_all(rows: list[dict[str, Any]], records: dict[tuple[str, str], list[dict[str, Any]]],
+             out_dir: Path) -> list[Path]:
+    """Every figure for the rows (records: a completed point's parsed records, by (run, point))."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,6 +143,8 @@ def plot_all(rows: list[dict[str, Any]], records: dict[str, list[dict[str, Any]]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = strong_scaling(done, out_dir) + time_to_report(done, out_dir) + heatmaps(done, out_dir)
+    several_runs = len({row["run"] for row in done}) > 1  # the same point may then appear twice
     for row in done:
-        paths += trace(row["point"], records.get(row["point"]) or [], out_dir)
+        name = f"{row['run']}_{row['point']}" if several_runs else row["point"]
+        paths += trace(name, records.get((row["run"], row["point"])) or [], out_dir)
     return paths
