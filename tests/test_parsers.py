@@ -1,3 +1,4 @@
+import gc
 import statistics
 
 import pytest
@@ -166,6 +167,24 @@ def test_zero_and_non_finite_values_are_not_measurements():
     assert summary["tokens_per_s"] is None and summary["time_to_report_s"] is None
 
 
+
+def test_parsing_pauses_the_garbage_collector_and_gives_it_back(monkeypatch):
+    """The collector is off while a log is parsed (speed) and back as it was afterwards, error or not."""
+    seen = []
+    real = parsers._megatron_serial
+    monkeypatch.setattr(parsers, "_megatron_serial", lambda text: seen.append(gc.isenabled()) or real(text))
+    assert gc.isenabled()
+    parsers.parse(SEED003.read_text())
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(parsers.ParseError):
+        parsers.parse("no records here\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parsers.parse(SEED003.read_text())
+        assert not gc.isenabled(), "a caller that had turned it off keeps it off"
+    finally:
+        gc.enable()
 
 
 def test_large_files_are_parsed_in_parallel_ranges_with_the_same_result(tmp_path, monkeypatch):

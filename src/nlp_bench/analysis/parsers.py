@@ -18,6 +18,8 @@ or the end of a finished line): the last line of a killed job's log is cut anywh
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import multiprocessing
 import operator
@@ -73,6 +75,19 @@ def _number(raw: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Parsing builds hundreds of thousands of tuples that all stay alive; the cyclic garbage collector
+    would scan them again and again for nothing (a fifth of the parse time of a large log)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 # --- Megatron-shaped lines ---------------------------------------------------------------------------
@@ -257,6 +272,7 @@ def _parse_megatron(text: str) -> tuple[list[Record], str | None]:
 PARALLEL_BYTES = 32_000_000
 
 
+@_collector_paused()
 def _megatron_range(task: tuple[str, int, int]) -> tuple[list[list], list[str], str]:
     path, start, end = task
     with open(path, "rb") as fh:
@@ -373,6 +389,7 @@ class Parsed:
     records: list[Record]
 
 
+@_collector_paused()
 def parse(text: str, fmt: str | None = None) -> Parsed:
     """Records of a log in the given format, or in the format the text shows (the one yielding records,
     Megatron first). Raises ParseError when there are none."""
@@ -411,6 +428,7 @@ def read_log(path: Path) -> str:
         raise ParseError(f"cannot read {path}: {exc.strerror}") from None
 
 
+@_collector_paused()
 def parse_log(path: Path, fmt: str | None = None) -> Parsed:
     """parse() for a log file; a large Megatron log is read and parsed in parallel byte ranges."""
     path = Path(path)
