@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nlp_bench.kernels import vocab_parallel_cross_entropy
 from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.data import MockData
 from nlp_bench.train.grid import rank_of
-from nlp_bench.train.layers import vocab_parallel_cross_entropy
 from nlp_bench.train.model import apply_rope, rope_tables
 from nlp_bench.train.optimizer import LossScaler
 from nlp_bench.train.schedule import LRSchedule

@@ -33,6 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
     a("--layernorm-epsilon", type=float, default=1e-5)
     a("--make-vocab-size-divisible-by", type=int, default=128)
     a("--use-flash-attn", action="store_true")
+    a("--normalization", choices=("LayerNorm", "RMSNorm"), default="LayerNorm")
+    # fused ops (nlp_bench.kernels; NLP_BENCH_KERNELS=torch turns all of them off)
+    a("--no-bias-gelu-fusion", dest="bias_gelu_fusion", action="store_false")
+    a("--no-bias-swiglu-fusion", dest="bias_swiglu_fusion", action="store_false")
+    a("--no-masked-softmax-fusion", dest="masked_softmax_fusion", action="store_false",
+      help="attention as explicit matmul, causal mask and softmax instead of scaled_dot_product_attention")
+    a("--no-persist-layer-norm", dest="persist_layer_norm", action="store_false",
+      help="one program per row in the Triton norm kernels instead of persistent programs")
+    a("--cross-entropy-loss-fusion", action="store_true", default=True, help="the default here")
+    a("--no-cross-entropy-loss-fusion", dest="cross_entropy_loss_fusion", action="store_false")
+    a("--no-gradient-accumulation-fusion", dest="gradient_accumulation_fusion", action="store_false",
+      help="accepted: weight gradients always reach the fp32 buffer by a hook, which is this path")
     a("--swiglu", action="store_true")
     a("--untie-embeddings-and-output-weights", action="store_true")
     # parallelism

@@ -1,5 +1,6 @@
 """Tensor-parallel building blocks: column/row-parallel linears, the vocab-parallel embedding and
-the vocab-parallel cross-entropy, with Megatron's sequence parallelism as an option.
+with Megatron's sequence parallelism as an option (the vocab-parallel cross-entropy is in
+nlp_bench.kernels).
 
 Every weight is drawn whole from a generator seeded by (seed, parameter name) and each rank keeps its
 shard. So a model built with any tp, pp or dp from the same seed holds the same numbers, which is what
@@ -47,13 +48,14 @@ class ColumnParallelLinear(nn.Module):
     """y = x W^T + b with W split by output rows; the output stays split across ranks.
 
     With `parts` > 1 the output is several stacked matrices (SwiGLU's gate and up projection): each is
-    sharded on its own so every rank holds matching rows of all of them.
+    sharded on its own so every rank holds matching rows of all of them. With `skip_bias_add` the bias
+    is left to the caller, which fuses it into the next op (Megatron's bias-gelu).
     """
 
     def __init__(self, in_features: int, out_features: int, std: float, key: str, seed: int,
-                 tp: TensorParallel, parts: int = 1) -> None:
+                 tp: TensorParallel, parts: int = 1, skip_bias_add: bool = False) -> None:
         super().__init__()
-        self.tp = tp
+        self.tp, self.skip_bias_add = tp, skip_bias_add
         shards = [master_normal(f"{key}.{i}" if parts > 1 else key, (out_features, in_features), std, seed)
                   .chunk(tp.size, dim=0)[tp.rank] for i in range(parts)]
         self.weight = nn.Parameter(torch.cat(shards).contiguous())
@@ -65,7 +67,7 @@ class ColumnParallelLinear(nn.Module):
             x = C.gather_sequence(x, self.tp.group)
         else:
             x = C.copy_to_group(x, self.tp.group)
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, None if self.skip_bias_add else self.bias)
 
 
 class RowParallelLinear(nn.Module):
@@ -119,43 +121,6 @@ class VocabParallelEmbedding(nn.Module):
         else:
             x = C.copy_to_group(x, self.tp.group)
         return F.linear(x, self.weight)
-
-
-class _VocabParallelCrossEntropy(torch.autograd.Function):
-    """Per-token loss from vocab-split logits without gathering them: only [tokens]-sized reductions
-    (max, target logit, sum of exponentials) cross the network."""
-
-    @staticmethod
-    def forward(ctx, logits, target, vocab_start, group):
-        ctx.input_dtype = logits.dtype
-        if logits.dtype in (torch.float16, torch.bfloat16):
-            logits = logits.float()  # the softmax needs fp32 range and precision
-        logits_max = C.all_reduce(logits.max(dim=-1).values, group, op="max")
-        shifted = logits - logits_max.unsqueeze(-1)
-        width = shifted.shape[-1]
-        outside = (target < vocab_start) | (target >= vocab_start + width)
-        local = (target - vocab_start).masked_fill(outside, 0)
-        target_logit = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        C.all_reduce(target_logit, group)
-        exp = shifted.exp_()
-        sum_exp = C.all_reduce(exp.sum(dim=-1), group)
-        loss = torch.log(sum_exp) - target_logit
-        exp.div_(sum_exp.unsqueeze(-1))  # now the softmax, kept for the backward pass
-        ctx.save_for_backward(exp, outside, local)
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        softmax, outside, local = ctx.saved_tensors
-        grad = softmax
-        grad.scatter_add_(-1, local.unsqueeze(-1), -(~outside).unsqueeze(-1).to(grad.dtype))
-        grad.mul_(grad_loss.unsqueeze(-1))
-        return grad.to(ctx.input_dtype), None, None, None
-
-
-def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, vocab_start: int, group) -> torch.Tensor:
-    """Per-token cross-entropy of vocab-split logits against global token ids."""
-    return _VocabParallelCrossEntropy.apply(logits, target, vocab_start, group)
 
 
 def scaled_std(std: float, num_layers: int) -> float:

@@ -14,7 +14,7 @@ from argparse import Namespace
 import torch
 import torch.distributed as dist
 
-from nlp_bench import flops
+from nlp_bench import flops, kernels
 from nlp_bench.errors import BenchError
 from nlp_bench.spec.models import pad_vocab
 from nlp_bench.train import checkpoint, collectives, schedules
@@ -146,6 +146,15 @@ def evaluate(args: Namespace, grid: Grid, model: ModelChunks, valid, number: int
         print("-" * len(line), line, "-" * len(line), sep="\n", flush=True)
 
 
+def unfused_ops(args: Namespace) -> dict[str, str]:
+    """The fused ops Megatron's switches turn off, each with the switch (for the log)."""
+    off = {"bias_gelu": not args.bias_gelu_fusion, "swiglu": not args.bias_swiglu_fusion,
+           "cross_entropy": not args.cross_entropy_loss_fusion}
+    flag = {"bias_gelu": "--no-bias-gelu-fusion", "swiglu": "--no-bias-swiglu-fusion",
+            "cross_entropy": "--no-cross-entropy-loss-fusion"}
+    return {op: flag[op] for op, is_off in off.items() if is_off}
+
+
 def say(grid: Grid, text: str) -> None:
     if grid.rank == 0:
         print(f"nlp-bench trainer: {text}", flush=True)
@@ -157,9 +166,9 @@ def build_model(args: Namespace, grid: Grid, device: torch.device,
     cfg = GPTConfig(
         args.num_layers, args.hidden_size, args.num_attention_heads, args.ffn_hidden_size, args.seq_length,
         args.max_position_embeddings, vocab_padded, args.position_embedding_type, args.init_method_std,
-        args.hidden_dropout, args.attention_dropout, args.layernorm_epsilon, args.use_flash_attn, args.swiglu,
-        args.untie_embeddings_and_output_weights, args.recompute_granularity, args.recompute_method or "uniform",
-        args.recompute_num_layers or 1, args.seed,
+        args.hidden_dropout, args.attention_dropout, args.layernorm_epsilon, args.use_flash_attn,
+        args.masked_softmax_fusion, args.normalization, args.swiglu, args.untie_embeddings_and_output_weights,
+        args.recompute_granularity, args.recompute_method or "uniform", args.recompute_num_layers or 1, args.seed,
     )
     tp = TensorParallel(grid.tp, grid.tp_rank, grid.tp_group, args.sequence_parallel)
     rng = ParallelRNG(args.seed, grid.tp_rank, device)
@@ -188,6 +197,11 @@ def train(args: Namespace) -> int:
                                  evaluations * args.eval_iters * args.global_batch_size, args.seed)
                      if evaluations else None)
     except BenchError as exc:
+        raise UsageError(str(exc)) from None
+    kernels.configure(unfused_ops(args), persist_layer_norm=args.persist_layer_norm)
+    try:
+        kernels.describe()  # NLP_BENCH_KERNELS is read and checked here, before any process group
+    except kernels.KernelChoiceError as exc:
         raise UsageError(str(exc)) from None
     device = init_distributed(args.distributed_backend)
     grid = build_grid(args.tensor_model_parallel_size, args.pipeline_model_parallel_size)
@@ -220,6 +234,8 @@ def train(args: Namespace) -> int:
               f"ffn {args.ffn_hidden_size} ({'SwiGLU' if args.swiglu else 'GeLU'}), vocab {args.vocab_size} padded "
               f"to {model[0].cfg.vocab_padded}, {sum(p.numel() for p in model.parameters()):,} parameters on rank 0, "
               f"position embedding {args.position_embedding_type}")
+    say(grid, f"{kernels.describe()}; attention "
+              f"{'scaled_dot_product_attention' if args.masked_softmax_fusion else 'unfused (--no-masked-softmax-fusion)'}")
     say(grid, f"TFLOPs in the log use the {flops.JUPITER} convention; training {iterations} iterations on "
               f"{'mock data' if args.mock_data else args.data_path[0]}")
 

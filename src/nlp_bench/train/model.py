@@ -8,12 +8,14 @@ dimension. The blocks know nothing of pipelining; the schedule moves activations
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nlp_bench import kernels
 from nlp_bench.train import collectives, layers
 from nlp_bench.train.layers import TensorParallel, mark
 from nlp_bench.train.rng import ParallelRNG, checkpoint
@@ -34,6 +36,8 @@ class GPTConfig:
     attention_dropout: float = 0.1
     layernorm_epsilon: float = 1e-5
     use_flash_attn: bool = False
+    masked_softmax_fusion: bool = True  # False: attention as explicit matmul, mask and softmax
+    normalization: str = "LayerNorm"  # or "RMSNorm"
     swiglu: bool = False
     untie_embeddings: bool = False
     recompute_granularity: str | None = None  # None | "selective" | "full"
@@ -55,10 +59,21 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + torch.cat([-second, first], dim=-1) * sin.to(x.dtype)
 
 
-def _layer_norm(cfg: GPTConfig, tp: TensorParallel) -> nn.LayerNorm:
-    norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_epsilon)
-    mark(norm.weight, norm.bias, sequence_parallel=tp.sequence_parallel)
-    return norm
+class Norm(nn.Module):
+    """LayerNorm (weight and bias) or RMSNorm (weight only) through nlp_bench.kernels; parameter names
+    as torch's nn.LayerNorm, so checkpoints read the same."""
+
+    def __init__(self, cfg: GPTConfig, tp: TensorParallel) -> None:
+        super().__init__()
+        self.rms, self.eps = cfg.normalization == "RMSNorm", cfg.layernorm_epsilon
+        self.weight = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.bias = None if self.rms else nn.Parameter(torch.zeros(cfg.hidden_size))
+        mark(*[p for p in (self.weight, self.bias) if p is not None], sequence_parallel=tp.sequence_parallel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rms:
+            return kernels.rms_norm(x, self.weight, self.eps)
+        return kernels.layer_norm(x, self.weight, self.bias, self.eps)
 
 
 def _sdpa_backend(flash: bool, device: torch.device):
@@ -83,6 +98,11 @@ class Attention(nn.Module):
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         p = self.cfg.attention_dropout if self.training else 0.0
+        if not self.cfg.masked_softmax_fusion:  # Megatron's --no-masked-softmax-fusion: each step its own op
+            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu_(1)
+            probs = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1, dtype=torch.float32)
+            return torch.matmul(F.dropout(probs.to(v.dtype), p, training=p > 0), v)
         with _sdpa_backend(self.cfg.use_flash_attn, q.device):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
 
@@ -108,27 +128,24 @@ class MLP(nn.Module):
         super().__init__()
         h, f = cfg.hidden_size, cfg.ffn_hidden_size
         self.swiglu = cfg.swiglu
+        # GeLU: the bias is added inside the fused bias-gelu (Megatron's skip_bias_add)
         self.fc1 = layers.ColumnParallelLinear(h, f, cfg.init_method_std, f"layers.{index}.fc1", cfg.seed, tp,
-                                               parts=2 if cfg.swiglu else 1)
+                                               parts=2 if cfg.swiglu else 1, skip_bias_add=not cfg.swiglu)
         self.fc2 = layers.RowParallelLinear(f, h, layers.scaled_std(cfg.init_method_std, cfg.num_layers),
                                             f"layers.{index}.fc2", cfg.seed, tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc1(x)
-        if self.swiglu:
-            gate, up = y.chunk(2, dim=-1)
-            y = F.silu(gate) * up
-        else:
-            y = F.gelu(y, approximate="tanh")  # as Megatron's fused bias-gelu computes it
+        y = kernels.swiglu(y) if self.swiglu else kernels.bias_gelu(y, self.fc1.bias)
         return self.fc2(y)
 
 
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig, tp: TensorParallel, rng: ParallelRNG, index: int) -> None:
         super().__init__()
-        self.ln1 = _layer_norm(cfg, tp)
+        self.ln1 = Norm(cfg, tp)
         self.attn = Attention(cfg, tp, rng, index)
-        self.ln2 = _layer_norm(cfg, tp)
+        self.ln2 = Norm(cfg, tp)
         self.mlp = MLP(cfg, tp, index)
         self.p = cfg.hidden_dropout
         # under sequence parallelism each rank holds other tokens: dropout must differ between ranks
@@ -167,7 +184,7 @@ class GPTStage(nn.Module):
             self.register_buffer("rope_sin", sin, persistent=False)
         self.blocks = nn.ModuleList(Block(cfg, tp, rng, first_layer + i) for i in range(num_layers))
         if post_process:
-            self.final_ln = _layer_norm(cfg, tp)
+            self.final_ln = Norm(cfg, tp)
             if cfg.untie_embeddings:
                 self.output = layers.VocabParallelEmbedding(cfg.vocab_padded, h, std, "output", cfg.seed, tp)
             elif not pre_process:
@@ -233,7 +250,9 @@ class GPTStage(nn.Module):
         if not self.post_process:
             return x
         logits = self.output.logits(self.final_ln(x))
-        loss = layers.vocab_parallel_cross_entropy(logits, labels.t(), self.output.vocab_start, self.tp.group)
+        # the logits exist for the loss alone: the fused kernel may write their gradient over them
+        loss = kernels.vocab_parallel_cross_entropy(logits, labels.t(), self.output.vocab_start, self.tp.group,
+                                                    inplace_backward=True)
         return loss.float().mean()
 
 

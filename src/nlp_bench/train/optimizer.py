@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from nlp_bench import kernels
 from nlp_bench.train import collectives
 from nlp_bench.train.grid import Grid
 
@@ -120,7 +121,8 @@ class FlatAdam:
         counted = counted[self.range]
         self.counted = None if bool(counted.all()) else counted.bool()
         self.grad_shard = self.main_grad if self.shards == 1 else torch.zeros_like(self.master)
-        # torch's fused AdamW on views of the master shard: matrices decay, biases and norms do not
+        # a fused AdamW (nlp_bench.kernels' on a GPU, else torch's) on views of the master shard: matrices
+        # decay, biases and norms do not
         groups: dict[float, list[nn.Parameter]] = {weight_decay: [], 0.0: []}
         self._views: list[tuple[nn.Parameter, int, int]] = []  # (view, start, end) within the shard
         for p, start in zip(self.params, offsets):
@@ -130,8 +132,13 @@ class FlatAdam:
                 view.grad = self.grad_shard[a - lo:b - lo]
                 groups[weight_decay if p.ndim >= 2 else 0.0].append(view)
                 self._views.append((view, a - lo, b - lo))
-        self.adam = torch.optim.AdamW([{"params": v, "weight_decay": wd} for wd, v in groups.items() if v], lr=0.0,
-                                      betas=(self.beta1, self.beta2), eps=self.eps, fused=True)
+        param_groups = [{"params": v, "weight_decay": wd} for wd, v in groups.items() if v]
+        if kernels.select.runs_triton("adam", self.master):
+            self.adam = kernels.FusedAdam(param_groups, lr=0.0, betas=(self.beta1, self.beta2), eps=self.eps,
+                                          use_triton=True)
+        else:
+            self.adam = torch.optim.AdamW(param_groups, lr=0.0, betas=(self.beta1, self.beta2), eps=self.eps,
+                                          fused=True)
 
     def _on_grad(self, p: torch.Tensor) -> None:
         if not self.fp32:

@@ -1,0 +1,199 @@
+"""The Triton kernels against their eager torch references, forward and backward.
+
+Without a GPU they run under Triton's interpreter (TRITON_INTERPRET=1 while the kernel modules are
+imported): the same kernel code, executed on CPU tensors. Shapes are small because each
+program instance costs milliseconds there, but include a single row and widths that are not powers
+of two (masked lanes), and every dtype the trainer uses.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# Triton reads TRITON_INTERPRET when it defines a kernel (its own library's too) and when one runs: set
+# it for the import of triton and the kernel modules and, by the fixture below, for each test here, so
+# the rest of the session (the trainer's tests) still sees a machine without the interpreter.
+_interpret = not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ
+if _interpret:
+    os.environ["TRITON_INTERPRET"] = "1"
+try:
+    triton = pytest.importorskip("triton")
+    from nlp_bench.kernels import activations, adam, loss, norms, reference
+finally:
+    if _interpret:
+        del os.environ["TRITON_INTERPRET"]
+
+# the interpreter evaluates exp() with numpy, which warns where the kernels rely on exp overflowing to inf
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
+
+
+
+@pytest.fixture(autouse=True)
+def _interpreter(monkeypatch):
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# (rows..., width): a single row, non-power-of-two widths, a 3-d activation [seq, batch, hidden]
+SHAPES = [(1, 7), (3, 100), (2, 3, 257)]
+TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.bfloat16: dict(atol=3e-2, rtol=3e-2),
+       torch.float16: dict(atol=4e-3, rtol=4e-3)}
+
+
+def _inputs(shape, dtype, *extra_widths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g).to(DEVICE, dtype).requires_grad_()
+    extras = [(1 + 0.5 * torch.randn(w, generator=g)).to(DEVICE, dtype).requires_grad_() for w in extra_widths]
+    dy = torch.randn(shape, generator=g).to(DEVICE, dtype)
+    return x, extras, dy
+
+
+def _fp32(*tensors):
+    return [None if t is None else t.detach().float().requires_grad_() for t in tensors]
+
+
+def _check(out, ref, dtype):
+    assert out.dtype == dtype and out.shape == ref.shape
+    torch.testing.assert_close(out.float(), ref.float(), **TOL[dtype])
+
+
+def _grads(out, dy, *tensors):
+    return torch.autograd.grad(out, [t for t in tensors if t is not None], dy)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("persistent", [True, False])
+def test_layer_norm(shape, dtype, persistent):
+    x, (w, b), dy = _inputs(shape, dtype, shape[-1], shape[-1])
+    out = norms.layer_norm(x, w, b, 1e-5, persistent)
+    xf, wf, bf = _fp32(x, w, b)
+    ref = reference.layer_norm(xf, wf, bf, 1e-5)
+    _check(out, ref, dtype)
+    for got, want in zip(_grads(out, dy, x, w, b), _grads(ref, dy.float(), xf, wf, bf)):
+        _check(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm(shape, dtype):
+    x, (w,), dy = _inputs(shape, dtype, shape[-1])
+    out = norms.rms_norm(x, w, 1e-6)
+    xf, wf = _fp32(x, w)
+    ref = reference.rms_norm(xf, wf, 1e-6)
+    _check(out, ref, dtype)
+    for got, want in zip(_grads(out, dy, x, w), _grads(ref, dy.float(), xf, wf)):
+        _check(got, want, dtype)
+
+
+def test_norms_without_affine_parameters():
+    x, _, dy = _inputs((4, 33), torch.float32)
+    out = norms.layer_norm(x, None, None, 1e-5)
+    xf = _fp32(x)[0]
+    ref = reference.layer_norm(xf, None, None, 1e-5)
+    _check(out, ref, torch.float32)
+    _check(_grads(out, dy, x)[0], _grads(ref, dy, xf)[0], torch.float32)
+    _check(norms.rms_norm(x, None, 1e-5), reference.rms_norm(xf, None, 1e-5), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bias_gelu(shape, dtype):
+    x, (b,), dy = _inputs(shape, dtype, shape[-1])
+    x.data.mul_(3)  # reach the flat tails of tanh as well
+    out = activations.bias_gelu(x, b)
+    xf, bf = _fp32(x, b)
+    ref = reference.bias_gelu(xf, bf)
+    _check(out, ref, dtype)
+    for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy.float(), xf, bf)):
+        _check(got, want, dtype)
+
+
+def test_gelu_saturates_without_nan():
+    x = torch.tensor([[-1e4, -50.0, 0.0, 50.0, 1e4]], device=DEVICE, requires_grad=True)
+    out = activations.bias_gelu(x, None)
+    torch.testing.assert_close(out.detach().cpu(), torch.tensor([[0.0, 0.0, 0.0, 50.0, 1e4]]))
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(grad.cpu(), torch.tensor([[0.0, 0.0, 0.5, 1.0, 1.0]]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 14), (3, 200), (2, 3, 514)])
+def test_swiglu(shape, dtype):
+    x, _, _ = _inputs(shape, dtype)
+    dy = torch.randn(shape[:-1] + (shape[-1] // 2,)).to(DEVICE, dtype)
+    out = activations.swiglu(x)
+    xf = _fp32(x)[0]
+    ref = reference.swiglu(xf)
+    _check(out, ref, dtype)
+    _check(_grads(out, dy, x)[0], _grads(ref, dy.float(), xf)[0], dtype)
+
+
+def test_swiglu_refuses_an_odd_width():
+    with pytest.raises(ValueError, match="even last dimension"):
+        activations.swiglu(torch.randn(2, 7, device=DEVICE))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,vocab", [(1, 11), (5, 1000), (3, 9000)])  # 9000 > one 4096-wide block
+@pytest.mark.parametrize("inplace", [False, True])
+def test_cross_entropy(rows, vocab, dtype, inplace):
+    g = torch.Generator().manual_seed(1)
+    logits = (4 * torch.randn(rows, vocab, generator=g)).to(DEVICE, dtype).requires_grad_()
+    target = torch.randint(0, vocab, (rows,), generator=g).to(DEVICE)
+    lf = _fp32(logits)[0]
+    ref = torch.nn.functional.cross_entropy(lf, target, reduction="none")
+    (want,) = torch.autograd.grad(ref.mean(), lf)
+    work = logits.detach().clone().requires_grad_()
+    value = loss.vocab_parallel_cross_entropy(work, target, 0, None, inplace)
+    assert value.dtype == torch.float32
+    torch.testing.assert_close(value, ref, **TOL[dtype])
+    (got,) = torch.autograd.grad(value.mean(), work)
+    _check(got, want, dtype)
+    if inplace:
+        assert got.data_ptr() == work.data_ptr(), "the gradient is written over the logits"
+
+
+def test_cross_entropy_on_a_vocabulary_shard_matches_the_whole():
+    """Two shards' statistics combined as the all-reduces would: the same loss as the whole vocabulary
+    (the kernel's part of vocab-parallel cross-entropy; the reduction itself is tested in the trainer)."""
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(6, 300, generator=g).to(DEVICE)
+    target = torch.tensor([0, 149, 150, 299, 5, 200], device=DEVICE)
+    rows = []
+    for start in (0, 150):
+        part = logits[:, start:start + 150].contiguous()
+        stats = torch.empty((3, 6), device=DEVICE)
+        loss._stats_kernel[(6,)](part, target, stats[0], stats[1], stats[2], part.stride(0), 150, start,
+                                          BLOCK=64)
+        rows.append(stats)
+    big = torch.maximum(rows[0][0], rows[1][0])
+    total = sum(s[1] * torch.exp(s[0] - big) for s in rows)
+    whole = big + torch.log(total) - (rows[0][2] + rows[1][2])
+    torch.testing.assert_close(whole, torch.nn.functional.cross_entropy(logits, target, reduction="none"))
+
+
+@pytest.mark.parametrize("model_dtype", DTYPES)
+@pytest.mark.parametrize("decoupled", [True, False])
+def test_adam_step(model_dtype, decoupled):
+    g = torch.Generator().manual_seed(3)
+    for numel in (1, 1000, 5003):
+        master = torch.randn(numel, generator=g).to(DEVICE)
+        grad = torch.randn(numel, generator=g).to(DEVICE, model_dtype)
+        m, v = torch.randn(numel, generator=g).to(DEVICE), torch.rand(numel, generator=g).to(DEVICE)
+        ref = [t.clone() for t in (master, m, v)]
+        out = torch.empty(numel, device=DEVICE, dtype=model_dtype) if model_dtype != torch.float32 else None
+        args = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=7, decoupled=decoupled)
+        adam.adam_step(master, grad, m, v, out, **args)
+        reference.adam_step(ref[0], grad, ref[1], ref[2], **args)
+        for got, want in zip((master, m, v), ref):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        if out is not None:
+            # the rounded weight written back: within one ulp (the interpreter truncates where a GPU rounds)
+            ulp = torch.finfo(model_dtype).eps
+            torch.testing.assert_close(out.float(), master, atol=1e-30, rtol=ulp)

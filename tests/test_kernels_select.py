@@ -1,0 +1,143 @@
+"""Which implementation the fused ops use, how the trainer reports it, and that the Triton path and
+Megatron's switches train the same model as the torch path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nlp_bench import kernels
+from nlp_bench.analysis.parsers import parse_text
+from nlp_bench.kernels import select
+
+MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
+         "--micro-batch-size", "2", "--global-batch-size", "4", "--lr", "1e-3", "--train-iters", "3", "--mock-data",
+         "--vocab-size", "200", "--distributed-backend", "gloo", "--log-interval", "1", "--eval-iters", "0",
+         "--hidden-dropout", "0", "--attention-dropout", "0"]
+
+
+def trainer(*flags: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", select.ENV)}
+    return subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, *flags], capture_output=True, text=True,
+                          timeout=600, env={**clean, **env})
+
+
+@pytest.fixture
+def fresh_choice(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv(select.ENV, raising=False)
+    select.backend.cache_clear()
+    yield monkeypatch
+    select.backend.cache_clear()
+    select.configure()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the choice on a machine without a GPU")
+def test_without_a_gpu_every_op_is_torch(fresh_choice):
+    assert select.backend()[0] == "torch"
+    assert all(kernels.implementation(op) == "torch" for op in select.OPS)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(kernels.layer_norm(x, None, None), torch.nn.functional.layer_norm(x, (8,)))
+
+
+def test_the_environment_forces_or_is_refused(fresh_choice):
+    fresh_choice.setenv(select.ENV, "torch")
+    assert select.backend() == ("torch", f"{select.ENV}=torch")
+    select.backend.cache_clear()
+    fresh_choice.setenv(select.ENV, "cuda")
+    with pytest.raises(kernels.KernelChoiceError, match="use triton or torch"):
+        select.backend()
+    if not torch.cuda.is_available():
+        select.backend.cache_clear()
+        fresh_choice.setenv(select.ENV, "triton")
+        with pytest.raises(kernels.KernelChoiceError, match="NLP_BENCH_KERNELS=triton but"):
+            select.backend()
+
+
+def test_switches_turn_single_ops_off_and_say_so(fresh_choice):
+    kernels.configure({"bias_gelu": "--no-bias-gelu-fusion"})
+    assert kernels.implementation("bias_gelu") == "torch"
+    assert "bias_gelu=torch (--no-bias-gelu-fusion)" in kernels.describe()
+    with pytest.raises(kernels.KernelChoiceError, match="unknown fused op"):
+        kernels.configure(["softmax"])
+
+
+@pytest.mark.parametrize("decoupled", [True, False])
+def test_fused_adam_torch_path_matches_torch_optimizers(decoupled):
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    opt = kernels.FusedAdam(ours, lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, adam_w_mode=decoupled,
+                            use_triton=False)
+    ref = (torch.optim.AdamW if decoupled else torch.optim.Adam)(theirs, lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    for _ in range(3):
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        opt.step()
+        ref.step()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)
+
+
+def test_fused_adam_keeps_fp32_masters_for_half_parameters():
+    p = torch.nn.Parameter(torch.full((4,), 1.0, dtype=torch.bfloat16))
+    opt = kernels.FusedAdam([p], lr=1e-4, use_triton=False)
+    for _ in range(3):  # each step moves the weight by ~1e-4: below bf16's resolution at 1.0
+        p.grad = torch.ones_like(p)
+        opt.step()
+    master = opt.state[p]["master"]
+    assert master.dtype == torch.float32 and master[0].item() == pytest.approx(1.0 - 3e-4, rel=1e-5)
+    assert p.dtype == torch.bfloat16 and torch.equal(p.detach(), master.to(torch.bfloat16))
+
+
+def test_trainer_without_gpu_uses_torch_and_says_once():
+    proc = trainer("--no-bias-gelu-fusion")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if "fused ops:" in line]
+    assert len(lines) == 1, lines
+    for op in select.OPS:
+        assert f"{op}=torch" in lines[0]
+    if not torch.cuda.is_available():
+        assert "[torch: no GPU]" in lines[0] or "[torch: Triton is not installed]" in lines[0]
+    assert "bias_gelu=torch (--no-bias-gelu-fusion)" in lines[0]
+
+
+def test_a_bad_kernel_choice_stops_the_trainer_with_one_line():
+    proc = trainer(**{select.ENV: "fast"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"nlp_bench.train: error: {select.ENV}='fast' is not an implementation; use triton or torch"]
+
+
+def test_unfused_attention_and_rmsnorm_train_like_the_fused_path():
+    losses = {}
+    for name, flags in {"sdpa": (), "unfused": ("--no-masked-softmax-fusion",)}.items():
+        proc = trainer("--normalization", "RMSNorm", *flags)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        losses[name] = [r.loss for r in parse_text(proc.stdout)]
+    assert len(losses["sdpa"]) == 3
+    assert losses["unfused"] == pytest.approx(losses["sdpa"], rel=1e-5)
+    assert "attention unfused (--no-masked-softmax-fusion)" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", [(), ("--swiglu", "--normalization", "RMSNorm")], ids=["gelu-layernorm", "swiglu-rmsnorm"])
+def test_trainer_on_the_triton_kernels_matches_torch(model):
+    """The whole trainer with every op on the Triton kernels (the interpreter, without a GPU) against
+    the torch path: the same losses and gradient norms, iteration by iteration."""
+    pytest.importorskip("triton")
+    runs = {}
+    for impl in ("torch", "triton"):
+        env = {select.ENV: impl} if torch.cuda.is_available() else {select.ENV: impl, "TRITON_INTERPRET": "1"}
+        proc = trainer(*model, **env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert f"cross_entropy={impl}" in proc.stdout
+        runs[impl] = [(r.loss, r.grad_norm) for r in parse_text(proc.stdout)]
+    assert len(runs["torch"]) == 3
+    for (loss_a, norm_a), (loss_b, norm_b) in zip(runs["torch"], runs["triton"]):
+        assert loss_b == pytest.approx(loss_a, rel=1e-5) and norm_b == pytest.approx(norm_a, rel=1e-3)
