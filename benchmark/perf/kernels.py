@@ -35,7 +35,7 @@ def _peak_mib(fn) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def _fwd_bwd(op, make_inputs, grad_of_output=True):
+def _fwd_bwd(op, make_inputs):
     """A closure running op forward and backward on fresh leaves each call (inputs made outside timing)."""
     inputs = make_inputs()
 
@@ -43,7 +43,7 @@ def _fwd_bwd(op, make_inputs, grad_of_output=True):
         leaves = [t.detach().requires_grad_(t.is_floating_point()) if isinstance(t, torch.Tensor) else t
                   for t in inputs]
         out = op(*leaves)
-        out.backward(torch.ones_like(out) if grad_of_output else None)
+        out.backward(torch.ones_like(out))
     return run
 
 
