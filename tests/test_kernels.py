@@ -66,10 +66,17 @@ def _grads(out, dy, *tensors):
     return torch.autograd.grad(out, [t for t in tensors if t is not None], dy)
 
 
+@pytest.fixture(params=[8192, 0], ids=["fused-backward", "split-backward"])
+def norm_backward(request, monkeypatch):
+    """Both backward variants: one kernel with the parameter-gradient sums in registers (rows up to
+    8192), and dx and a tiled parameter-gradient kernel apart (wider rows; forced here by a bound of 0)."""
+    monkeypatch.setitem(norms.LAUNCH, "fused_backward_max", request.param)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("persistent", [True, False])
-def test_layer_norm(shape, dtype, persistent):
+def test_layer_norm(shape, dtype, persistent, norm_backward):
     x, (w, b), dy = _inputs(shape, dtype, shape[-1], shape[-1])
     out = norms.layer_norm(x, w, b, 1e-5, persistent)
     xf, wf, bf = _fp32(x, w, b)
@@ -81,7 +88,7 @@ def test_layer_norm(shape, dtype, persistent):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_rms_norm(shape, dtype):
+def test_rms_norm(shape, dtype, norm_backward):
     x, (w,), dy = _inputs(shape, dtype, shape[-1])
     out = norms.rms_norm(x, w, 1e-6)
     xf, wf = _fp32(x, w)
@@ -91,7 +98,7 @@ def test_rms_norm(shape, dtype):
         _check(got, want, dtype)
 
 
-def test_norms_without_affine_parameters():
+def test_norms_without_affine_parameters(norm_backward):
     x, _, dy = _inputs((4, 33), torch.float32)
     out = norms.layer_norm(x, None, None, 1e-5)
     xf = _fp32(x)[0]
@@ -99,6 +106,11 @@ def test_norms_without_affine_parameters():
     _check(out, ref, torch.float32)
     _check(_grads(out, dy, x)[0], _grads(ref, dy, xf)[0], torch.float32)
     _check(norms.rms_norm(x, None, 1e-5), reference.rms_norm(xf, None, 1e-5), torch.float32)
+    b = torch.randn(33, device=DEVICE, requires_grad=True)  # a bias without a weight
+    bf = _fp32(b)[0]
+    out, ref = norms.layer_norm(x, None, b, 1e-5), reference.layer_norm(xf, None, bf, 1e-5)
+    for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy, xf, bf)):
+        _check(got, want, torch.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

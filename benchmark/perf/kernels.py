@@ -1,6 +1,7 @@
 """Each fused op (nlp_bench.kernels, Triton) against torch eager and torch.compile of the same eager code:
-forward + backward time (median of triton.testing.do_bench) and the peak memory the op adds on top of
-its inputs, on one GPU. Ratios are eager / triton (time) and triton / eager (memory), measured in one run.
+forward + backward time (median of triton.testing.do_bench), called from Python and replayed from a CUDA
+graph (GPU time alone), and the peak memory the op adds on top of its inputs, on one GPU. Ratios are
+eager / triton (time) and triton / eager (memory), measured in one run.
 
     python benchmark/perf/kernels.py [--ops layer_norm,cross_entropy,...] [--no-compile]
 
@@ -24,6 +25,21 @@ def _bench(fn, reps: int = 50) -> float:
     from triton.testing import do_bench
 
     return do_bench(fn, warmup=10, rep=reps, return_mode="median")
+
+
+def _graphed(run):
+    """fn replaying run() from a CUDA graph: the GPU's time alone, without Python and launch overhead
+    (which, at these sizes, is most of what an autograd.Function with Triton launches costs on the host)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph.replay
 
 
 def _peak_mib(fn) -> float:
@@ -110,6 +126,7 @@ def main() -> int:
 
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {kernels.describe()}")
     print(f"{'op (fwd+bwd, bf16)':28} {'eager ms':>9} {'compile ms':>10} {'triton ms':>9} {'eager/triton':>12}"
+          f" {'graphed: eager':>14} {'triton':>7} {'ratio':>6}"
           f" {'eager MiB':>10} {'triton MiB':>10} {'triton/eager mem':>16}")
     wanted = [w for w in args.ops.split(",") if w]
     for name, ours, eager, make in cases():
@@ -122,8 +139,10 @@ def main() -> int:
             compiled = torch.compile(eager)
             run_comp = _fwd_bwd(compiled, make)
             t_comp = _bench(run_comp)
+        g_ours, g_eager = _bench(_graphed(run_ours)), _bench(_graphed(run_eager))
         m_ours, m_eager = _peak_mib(run_ours), _peak_mib(run_eager)
         print(f"{name:28} {t_eager:9.3f} {t_comp:10.3f} {t_ours:9.3f} {t_eager / t_ours:12.2f}"
+              f" {g_eager:14.3f} {g_ours:7.3f} {g_eager / g_ours:6.2f}"
               f" {m_eager:10.0f} {m_ours:10.0f} {m_ours / max(m_eager, 1e-9):16.2f}", flush=True)
     if not wanted or any("adam".startswith(w) or w.startswith("FusedAdam") for w in wanted):
         name, t_eager, _, t_ours = adam_case()

@@ -2,9 +2,10 @@
 
 Each pass keeps a whole row in registers and the forward saves only the per-row mean and 1/std.
 With `persistent` (Megatron's persist-layer-norm, the default) a few programs per multiprocessor
-loop over the rows; without it, one program per row. The weight and bias gradients are a second
-kernel over [rows x column-block] tiles writing one partial row per group of rows, summed by torch:
-accumulating them beside a whole row spilled registers at hidden 12288 (8x slower, measured).
+loop over the rows; without it, one program per row. Up to width 8192 the backward is one kernel whose
+programs also sum their rows' weight and bias gradients in registers (one partial row each, summed by
+torch). Wider rows would spill those accumulators (8x slower at 12288, measured), so there dx and a
+second kernel over [rows x column-block] tiles for the parameter gradients run apart.
 """
 
 from __future__ import annotations
@@ -73,6 +74,45 @@ def _norm_backward(X, W, DY, DX, MEAN, RSTD, stride_x, stride_dy, stride_dx, M, 
 
 
 @triton.jit
+def _norm_backward_fused(X, W, DY, DX, MEAN, RSTD, DW, DB, stride_x, stride_dy, stride_dx, M, N,
+                         RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+    """dx and this program's partial weight/bias gradients (kept in registers) in one pass over x and dy:
+    for rows up to 8192 wide, where the accumulators fit beside the row."""
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK], dtype=tl.float32)
+    db = tl.zeros([BLOCK], dtype=tl.float32)
+    for row in range(tl.program_id(0), M, tl.num_programs(0)):
+        r = tl.cast(row, tl.int64)
+        x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD + r)
+        if RMS:
+            xhat = x * rstd
+        else:
+            xhat = tl.where(mask, (x - tl.load(MEAN + r)) * rstd, 0.0)
+        if HAS_W:
+            wdy = dy * w
+        else:
+            wdy = dy
+        c1 = tl.sum(xhat * wdy, axis=0) / N
+        if RMS:
+            dx = (wdy - xhat * c1) * rstd
+        else:
+            dx = (wdy - xhat * c1 - tl.sum(wdy, axis=0) / N) * rstd
+        tl.store(DX + r * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        dw += dy * xhat
+        db += dy
+    partial = tl.cast(tl.program_id(0), tl.int64) * N + cols
+    if HAS_W:
+        tl.store(DW + partial, dw, mask=mask)
+    if HAS_B:
+        tl.store(DB + partial, db, mask=mask)
+
+
+@triton.jit
 def _norm_param_grads(X, DY, MEAN, RSTD, DW, DB, stride_x, stride_dy, M, N, ROWS_PER_PROGRAM,
                       RMS: tl.constexpr, HAS_B: tl.constexpr, TILE_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Partial sums over a group of rows of dy * xhat (weight) and dy (bias) for a block of columns,
@@ -103,7 +143,10 @@ def _norm_param_grads(X, DY, MEAN, RSTD, DW, DB, stride_x, stride_dy, M, N, ROWS
 
 #: launch settings (benchmark/perf/norm_launch.py times the alternatives on a GPU): warps per program
 #: (None: by block width) and, for the persistent launches, programs per multiprocessor
-LAUNCH = {"forward_warps": None, "backward_warps": None, "forward_per_processor": 4, "backward_per_processor": 4}
+#: fused_backward_max: the widest row whose backward is one kernel with the parameter-gradient sums in
+#: registers; wider rows take dx and a tiled parameter-gradient kernel apart (faster above 8192 on an H100)
+LAUNCH = {"forward_warps": None, "backward_warps": None, "forward_per_processor": 4, "backward_per_processor": 4,
+          "fused_backward_max": 8192}
 #: the weight/bias gradient kernel: rows per program (one partial row each), tile rows, columns per program
 PARAM_ROWS, PARAM_TILE, PARAM_COLS = 256, 32, 128
 
@@ -145,21 +188,48 @@ class _Norm(torch.autograd.Function):
         m, n = x2.shape
         dy2 = _rows(dy)
         dx = torch.empty_like(x2)
-        block = row_block(n)
-        grid = (programs(m, x2.device, LAUNCH["backward_per_processor"]) if ctx.persistent else m,)
-        _norm_backward[grid](x2, weight, dy2, dx, mean, rstd, x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
-                             RMS=ctx.rms, HAS_W=weight is not None, BLOCK=block,
-                             num_warps=LAUNCH["backward_warps"] or backward_warps(block))
-        dw = db = None
-        if weight is not None:
-            groups = triton.cdiv(m, PARAM_ROWS)
-            partial = torch.empty((2, groups, n), dtype=torch.float32, device=x2.device)
-            _norm_param_grads[(triton.cdiv(n, PARAM_COLS), groups)](
-                x2, dy2, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0), m, n, PARAM_ROWS,
-                RMS=ctx.rms, HAS_B=bias is not None, TILE_M=PARAM_TILE, BLOCK_N=PARAM_COLS, num_warps=4)
-            dw = partial[0].sum(0).to(weight.dtype)
-            db = partial[1].sum(0).to(bias.dtype) if bias is not None else None
+        if n <= LAUNCH["fused_backward_max"] and (weight is not None or bias is not None):
+            dw, db = _fused_backward(ctx.rms, x2, weight, bias, dy2, dx, mean, rstd)
+        else:
+            dw, db = _split_backward(ctx.rms, ctx.persistent, x2, weight, bias, dy2, dx, mean, rstd)
         return dx.view(dy.shape), dw, db, None, None, None
+
+
+def _fused_backward(rms, x2, weight, bias, dy2, dx, mean, rstd):
+    m, n = x2.shape
+    block = row_block(n)
+    g = programs(m, x2.device, LAUNCH["backward_per_processor"])
+    partial = torch.empty((2, g, n), dtype=torch.float32, device=x2.device)
+    _norm_backward_fused[(g,)](x2, weight, dy2, dx, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0),
+                               dx.stride(0), m, n, RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None,
+                               BLOCK=block, num_warps=LAUNCH["backward_warps"] or backward_warps(block))
+    return _param_grads(partial, weight, bias)
+
+
+def _split_backward(rms, persistent, x2, weight, bias, dy2, dx, mean, rstd):
+    m, n = x2.shape
+    block = row_block(n)
+    grid = (programs(m, x2.device, LAUNCH["backward_per_processor"]) if persistent else m,)
+    _norm_backward[grid](x2, weight, dy2, dx, mean, rstd, x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
+                         RMS=rms, HAS_W=weight is not None, BLOCK=block,
+                         num_warps=LAUNCH["backward_warps"] or backward_warps(block))
+    if weight is None and bias is None:
+        return None, None
+    groups = triton.cdiv(m, PARAM_ROWS)
+    partial = torch.empty((2, groups, n), dtype=torch.float32, device=x2.device)
+    _norm_param_grads[(triton.cdiv(n, PARAM_COLS), groups)](
+        x2, dy2, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0), m, n, PARAM_ROWS,
+        RMS=rms, HAS_B=bias is not None, TILE_M=PARAM_TILE, BLOCK_N=PARAM_COLS, num_warps=4)
+    return _param_grads(partial, weight, bias)
+
+
+def _param_grads(partial, weight, bias):
+    """Sum the per-program partial rows: one reduction for both gradients, one cast where they share a dtype."""
+    sums = partial.sum(1)
+    if weight is not None and bias is not None and weight.dtype == bias.dtype:
+        dw, db = sums.to(weight.dtype)
+        return dw, db
+    return (None if weight is None else sums[0].to(weight.dtype)), (None if bias is None else sums[1].to(bias.dtype))
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
