@@ -16,8 +16,10 @@ FORBIDDEN = {
     "train": {"sweep", "launch", "analysis", "report", "cli", "runner"},
     "analysis": {"launch", "train", "report", "cli", "runner"},
     "report": {"launch", "train", "cli", "runner"},
+    "plan": {"sweep", "launch", "train", "analysis", "report", "cli", "runner", "planner", "data", "kernels"},
+    "kernels": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "runner", "plan", "data"},
 }
-TORCH_FREE = ("spec", "sweep", "launch", "analysis", "report", "data")
+TORCH_FREE = ("spec", "sweep", "launch", "analysis", "report", "data", "plan")
 
 
 def imports(path: Path) -> set[str]:

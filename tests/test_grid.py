@@ -94,11 +94,15 @@ def test_sweep_dry_run_writes_every_point_and_the_reasons(tmp_path):
     run_json = next(tmp_path.glob("results/nlp/*/run.json"))
     meta = json.loads(run_json.read_text())
     scripts = list(run_json.parent.glob("*/jobscript.sbatch"))
-    assert len(scripts) == len(meta["points"]) == 45
-    assert len(meta["dropped"]) == 3 and all(d["reason"] for d in meta["dropped"])
-    assert "45 points, 3 dropped" in proc.stdout and "sbatch jobscript.sbatch" in proc.stdout
+    # 48 valid combinations: 3 break a layout rule; the planner predicts 19 need more than the A100's 40 GiB
+    planner = [d for d in meta["dropped"] if d["reason"].startswith("planner: needs ")]
+    assert len(planner) == 19 and all("GiB per device, 40 GiB available" in d["reason"] for d in planner)
+    assert len(scripts) == len(meta["points"]) == 45 - 19
+    assert len(meta["dropped"]) == 3 + 19 and all(d["reason"] for d in meta["dropped"])
+    assert "26 points, 22 dropped" in proc.stdout and "sbatch jobscript.sbatch" in proc.stdout
+    assert all((s.parent / "prediction.json").is_file() for s in scripts)
     table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
-    assert table.stdout.count("NOT_SUBMITTED") == 45
+    assert table.stdout.count("NOT_SUBMITTED") == 26
 
 
 GRID_VALUES = st.one_of(st.integers(-3, 64), st.text(max_size=8), st.lists(st.integers(0, 8), max_size=3),

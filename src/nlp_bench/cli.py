@@ -130,12 +130,14 @@ def _refreshed(run_):
               help="Refuse a grid that expands to more combinations than this.")
 @click.option("--no-rules", is_flag=True, help="Allow changing what the benchmark's rules fix (not a submission).")
 @click.option("-v", "--verbose", is_flag=True, help="List every dropped point.")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="Run only the K points the planner predicts fastest (needs a system the planner can time).")
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until every job ends, then print the table.")
 @launch_options
 @click.option("--resume", "resume_ref", metavar="RUN", default=None,
               help="Run again the points of RUN that did not complete, instead of a GRID.")
 @click.pass_context
-def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, wait_,
+def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, top, wait_,
           hang_timeout, after, resume_ref) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints)."""
     from nlp_bench.runner import LaunchOptions, execute_sweep, resume
@@ -143,12 +145,12 @@ def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_point
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
         _resume_takes_no(grid=grid, tag=tag, system=system, max_points=max_points, no_rules=no_rules or None,
-                         hang_timeout=hang_timeout)
+                         hang_timeout=hang_timeout, top=top)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     if grid is None:
         raise click.UsageError("give a GRID file, or --resume RUN")
     ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose,
-                           options))
+                           options, top))
 
 
 @cli.command()
@@ -366,6 +368,64 @@ def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_js
     from nlp_bench.report.parsed import render_parsed
 
     click.echo(render_parsed(parsed.format, records, summary), nl=False)
+
+
+@cli.command("plan")
+@click.argument("runs", metavar="[RUN|reference]...", nargs=-1)
+@click.option("--tag", default=None, help="Benchmark tag to plan (default: the benchmark's, 175).")
+@click.option("--system", default=None, help="System profile (default: the tag's).")
+@click.option("--benchmark", "benchmark_name", default="nlp", show_default=True, help="Benchmark definition.")
+@click.option("--nodes", type=click.IntRange(min=1), multiple=True, help="Node count(s) (default: the tag's).")
+@click.option("--tp", type=click.IntRange(min=1), multiple=True, help="Pin tensor-parallel size(s).")
+@click.option("--pp", type=click.IntRange(min=1), multiple=True, help="Pin pipeline-parallel size(s).")
+@click.option("--vp", type=click.IntRange(min=1), multiple=True, help="Pin model chunks per pipeline rank.")
+@click.option("--mbs", type=click.IntRange(min=1), multiple=True, help="Pin micro-batch size(s).")
+@click.option("--gas", type=click.IntRange(min=1), multiple=True,
+              help="Pin gradient-accumulation steps (the global batch then follows; by default it stays the tag's).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), multiple=True,
+              help="Recompute choices to consider (default: all three).")
+@click.option("--global-batch-size", type=click.IntRange(min=1), default=None, help="Keep this global batch instead.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Layouts to show.")
+@click.option("--target-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Find the fewest nodes whose best layout reaches this time_to_report.")
+@click.option("--calibrate", "calibrate_", is_flag=True,
+              help="Fit the planner to the measured RUNs (or `reference`, the published rows) and keep the fit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON list instead of a table.")
+@click.pass_context
+def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas, recompute,
+                 global_batch_size, top, target_seconds, calibrate_, as_json) -> None:
+    """Predict memory per device, tokens/s and time_to_report of layouts before running them, ranked."""
+    import json
+
+    from nlp_bench import planner
+    from nlp_bench.report.plan import render_calibration, render_plan, render_target
+
+    results_dir = ctx.obj["results_dir"]
+    if runs and not calibrate_:
+        raise click.UsageError("RUN arguments go with --calibrate")
+    if calibrate_:
+        if not runs:
+            raise click.UsageError("--calibrate needs RUN ids or `reference`")
+        click.echo(render_calibration(planner.calibrate_and_store(results_dir, list(runs), benchmark_name)), nl=False)
+        if tag is None and target_seconds is None and not nodes:
+            return
+    space = {"nodes": nodes, "tp": tp or None, "pp": pp or None, "vp": vp or None, "mbs": mbs or None,
+             "gas": gas or None, "global_batch_size": global_batch_size}
+    if recompute:
+        space["recompute"] = recompute
+    if target_seconds is not None:
+        best, calibrated, base = planner.target(results_dir, benchmark_name, tag, system, space, target_seconds)
+        if as_json:
+            click.echo(json.dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated}], indent=2))
+        else:
+            click.echo(render_target(best, target_seconds, calibrated, base), nl=False)
+        return
+    good, pruned, calibrated, base = planner.plan(results_dir, benchmark_name, tag, system, space, top)
+    if as_json:
+        shown = good + pruned[:top]
+        click.echo(json.dumps([{**p.to_dict(), "calibrated": calibrated} for p in shown], indent=2))
+        return
+    click.echo(render_plan(good, pruned, calibrated, base, top), nl=False)
 
 
 @cli.group()

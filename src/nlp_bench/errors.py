@@ -40,3 +40,7 @@ def unknown(kind: str, word: str, choices: Iterable[str]) -> str:
     """One-line message for an unknown name, listing what is known."""
     known = sorted(choices)
     return f"unknown {kind} {word!r}{did_you_mean(word, known)}; known: {', '.join(known)}"
+
+
+class PlanError(BenchError):
+    """The planner cannot answer: a system without the figures it needs, nothing to calibrate on."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -18,8 +18,9 @@ from nlp_bench.launch.executor import get_executor, wait
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.report.table import render
 from nlp_bench.spec.benchmark import Point, load_benchmark
-from nlp_bench.fsio import read_json
-from nlp_bench.sweep.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, argv, create_run, write_point
+from nlp_bench.fsio import read_json, write_json_atomic
+from nlp_bench.sweep.workspace import (JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, PREDICTION_JSON, argv, create_run,
+                                       write_point)
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -112,13 +113,20 @@ def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system:
 
 
 def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
-                  no_rules: bool, max_points: int | None, verbose: bool, options: LaunchOptions = LaunchOptions()) -> int:
-    """`bench sweep`: every point of a grid file, with every dropped point and its reason kept."""
+                  no_rules: bool, max_points: int | None, verbose: bool, options: LaunchOptions = LaunchOptions(),
+                  top: int | None = None) -> int:
+    """`bench sweep`: every point of a grid file, with every dropped point and its reason kept. Points the
+    planner predicts not to fit in device memory are dropped too (with the predicted memory), and with
+    `top` only the K points it predicts fastest are run."""
+    from nlp_bench.planner import select_points
     from nlp_bench.sweep.grid import LAYOUT, expand, load_grid
 
     grid = load_grid(grid_path)
     expansion = expand(grid, tag=tag, system=system, no_rules=no_rules, max_points=max_points)
     dropped = [{"params": d.params, "reason": d.reason} for d in expansion.dropped]
+    kept, planned_out, _ = select_points(results_dir, expansion.points, top)
+    dropped += [{"params": {k: getattr(p.layout, k) for k in LAYOUT}, "reason": reason} for p, reason in planned_out]
+    expansion = replace(expansion, points=kept)
     say(f"grid {grid_path}: {expansion.combinations} combinations, {len(expansion.points)} points, "
         f"{len(dropped)} dropped")
     shown = dropped if verbose else dropped[:10]
@@ -143,8 +151,14 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
         from nlp_bench.launch.slurm import require
 
         require("sbatch")  # fail before a workspace is written
+    from nlp_bench.planner import predictions
+
     run = create_run(results_dir, benchmark, tag, system.name, points, argv(), **extra)
     folders = [write_point(run, p, render_jobscript(p, options.hang_timeout_s)) for p in points]
+    predicted = predictions(results_dir, points)
+    for point, folder in zip(points, folders):
+        if point.id in predicted:
+            write_json_atomic(folder / PREDICTION_JSON, predicted[point.id], durable=False)
     say(f"run {run.id}: {benchmark} tag {tag} on {system.name}, {len(points)} point(s)")
     say(f"  workspace {run.path}")
     if dry_run:

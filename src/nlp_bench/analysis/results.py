@@ -11,14 +11,15 @@ from typing import Any
 from nlp_bench import flops
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.sweep.workspace import (JOB_OUT, JOBSCRIPT, POINT_JSON, PROVENANCE_ENV, RESULT_JSON, RUN_JSON,
-                                      STATE_JSON, Run, now_iso, read_optional)
+from nlp_bench.sweep.workspace import (JOB_OUT, JOBSCRIPT, POINT_JSON, PREDICTION_JSON, PROVENANCE_ENV, RESULT_JSON,
+                                      RUN_JSON, STATE_JSON, Run, now_iso, read_optional)
 
 #: The JUPITER JUBE result columns, then what users need beyond them.
 COLUMNS = [
     "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
     "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
-    "DP", "MBS", "GAS", "MFU", "state", "failure_class", "run", "point",
+    "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "state", "failure_class", "run",
+    "point",
 ]
 
 
@@ -102,6 +103,8 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
     result = (analyse_point(point_dir) or {}) if result is None else result
     summary = result.get("summary") or {}
     lay = point["layout"]
+    predicted = (read_optional(Path(point_dir) / PREDICTION_JSON) or {}).get("tokens_per_s")
+    measured = summary.get("tokens_per_s")
     return {
         "system": point["system"], "version": version, "queue": point["system_info"].get("partition"),
         "JobID": state.get("job_id"), "Job_Time": _job_time(state), "Model_Size": point["model"]["size_billions"],
@@ -110,6 +113,8 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "Avg_TFLOPs/GPU": summary.get("avg_tflops_per_gpu"), "Tokens/sec": summary.get("tokens_per_s"),
         "time_to_report_in_seconds": summary.get("time_to_report_s"),
         "DP": lay["dp"], "MBS": lay["mbs"], "GAS": lay["gas"], "MFU": summary.get("mfu"),
+        "Predicted_Tokens/sec": predicted,
+        "Predicted/Measured": predicted / measured if predicted and measured else None,
         "state": state.get("state", "NOT_SUBMITTED"), "failure_class": state.get("failure_class"),
         "run": run_id, "point": point["id"], "model": point["model"]["name"],
     }
@@ -134,7 +139,8 @@ def run_results(run: Run) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 #: Each column's pandas dtype (nullable: a point that has not run has no numbers), so that every
 #: export reads back into the same DataFrame.
 _INTEGER = {"Nodes", "Batch_Size", "Pipeline_Parallel", "Tensor_Parallel", "Iterations", "DP", "MBS", "GAS"}
-_FLOAT = {"Job_Time", "Model_Size", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds", "MFU"}
+_FLOAT = {"Job_Time", "Model_Size", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds", "MFU",
+          "Predicted_Tokens/sec", "Predicted/Measured"}
 DTYPES = {c: "Int64" if c in _INTEGER else "Float64" if c in _FLOAT else "string" for c in COLUMNS}
 
 

@@ -16,7 +16,10 @@ from nlp_bench.fsio import write_text_atomic
 
 FORMATS = ("pretty", "csv", "json", "md")
 #: Digits shown per column; the files keep full precision except where rounding is the published form.
-_DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2, "MFU": 4, "Job_Time": 0}
+_DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2, "MFU": 4, "Job_Time": 0,
+           "Predicted_Tokens/sec": 2, "Predicted/Measured": 3}
+#: shown in the pretty table only when some row has a prediction (most runs of a CPU system have none)
+_PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
 
 
 def format_cell(column: str, value: Any) -> str:
@@ -35,11 +38,13 @@ def render(rows: list[dict[str, Any]], fmt: str) -> str:
         from rich.table import Table
 
         table = Table(box=box.SIMPLE_HEAD, header_style="bold")
-        for column in COLUMNS:
+        predicted = any(row.get(_PREDICTED[0]) is not None for row in rows)
+        columns = [c for c in COLUMNS if predicted or c not in _PREDICTED]
+        for column in columns:
             table.add_column(column, justify="right" if column in _DIGITS or column in ("Nodes", "DP") else "left",
                              overflow="fold")
         for row in rows:
-            table.add_row(*(format_cell(c, row.get(c)) for c in COLUMNS))
+            table.add_row(*(format_cell(c, row.get(c)) for c in columns))
         buffer = io.StringIO()
         # wide enough that no cell wraps: the table is read, copied and grepped, not just looked at
         Console(file=buffer, width=1000, force_terminal=False).print(table)

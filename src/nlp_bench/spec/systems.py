@@ -15,7 +15,8 @@ from nlp_bench.spec.yamlio import check_keys, load_yaml
 _KEYS = {
     "name", "description", "device", "device_name", "devices_per_node", "device_memory_gib", "peak_tflops",
     "backend", "launcher", "executor", "max_nodes", "sbatch", "env_setup", "env", "master_addr_suffix",
-    "master_port", "data_dir",
+    "master_port", "data_dir", "intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
+    "sources",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
 
@@ -34,6 +35,12 @@ class System:
     device_name: str = ""
     device_memory_gib: float | None = None
     peak_tflops: float | None = None  # dense bf16 per device, for MFU
+    # what the planner's time model needs (each figure's source in `sources`)
+    intra_node_gbps: float | None = None  # GB/s one device sends to the others of its node (one direction)
+    inter_node_gbps: float | None = None  # GB/s one node injects into the network (all its NICs, one direction)
+    memory_bandwidth_gbps: float | None = None  # device memory, GB/s
+    link_latency_us: float | None = None  # per collective step across nodes
+    sources: dict[str, str] = field(default_factory=dict)
     max_nodes: int | None = None
     sbatch: dict[str, Any] = field(default_factory=dict)
     env_setup: list[str] = field(default_factory=list)
@@ -112,7 +119,7 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
     data.setdefault("description", "")
     _check_site_values(data, path)
-    for key in ("sbatch", "env"):
+    for key in ("sbatch", "env", "sources"):
         if not isinstance(data.get(key) or {}, dict):
             raise SpecError(f"{path}: {key} must be a mapping")
     return System(**{k: v for k, v in data.items() if v is not None})

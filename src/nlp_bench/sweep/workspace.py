@@ -21,6 +21,8 @@ from nlp_bench.fsio import read_json, write_json_atomic, write_text_atomic
 from nlp_bench.spec.benchmark import Point
 
 RUN_JSON, POINT_JSON, STATE_JSON, RESULT_JSON = "run.json", "point.json", "state.json", "result.json"
+#: what the planner predicted for a point before it ran (written at submission where the system can be timed)
+PREDICTION_JSON = "prediction.json"
 JOBSCRIPT, JOB_OUT, JOB_ERR = "jobscript.sbatch", "job.out", "job.err"
 PROVENANCE_ENV = "provenance.env"  # written by the jobscript at start: the environment that shapes performance
 

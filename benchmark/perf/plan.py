@@ -1,0 +1,46 @@
+"""Time the planner ranking a layout space of at least 10,000 layouts (issue 7: goal < 5 s on the 2-core
+development machine): the 175B model on JUWELS Booster, every tp, pp, vp, micro-batch size, recompute
+choice and optimizer sharding on 64, 96 and 128 nodes, with gradient accumulation pinned to several values
+(so the global batch varies, as in a sweep). Prints the layouts evaluated, how many fit, the median
+time of --repeats rankings, and the rate; the reference is the same space's enumeration alone.
+
+    python benchmark/perf/plan.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from nlp_bench.plan import points, rank
+from nlp_bench.plan.timing import Efficiency
+from nlp_bench.spec.benchmark import load_benchmark
+
+SPACE = rank.Space(nodes=(64, 96, 128), gas=(8, 16, 32))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    base = points.from_point(load_benchmark("nlp").point("175"))
+    count = sum(1 for _ in rank.candidates(base.model, base.system, SPACE, base.candidate))
+    enum_times, rank_times = [], []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        for _ in rank.candidates(base.model, base.system, SPACE, base.candidate):
+            pass
+        enum_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        good, pruned = rank.rank(base.model, base.system, SPACE, base.candidate, Efficiency())
+        rank_times.append(time.perf_counter() - start)
+    t_enum, t_rank = statistics.median(enum_times), statistics.median(rank_times)
+    print(f"{count:,} layouts ({len(good) + len(pruned):,} distinct): {len(good):,} fit and run, {len(pruned):,} pruned")
+    print(f"  enumerate only (reference): {t_enum:.3f} s")
+    print(f"  enumerate + predict memory and time + rank: {t_rank:.3f} s = {count / t_rank:,.0f} layouts/s "
+          f"(goal < 5 s); median of {args.repeats}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""One layout the planner evaluates: Megatron's parallel sizes plus the memory-saving switches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nlp_bench.spec.layout import Layout, problems as layout_problems
+from nlp_bench.spec.models import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Candidate(Layout):
+    """A Layout (nodes, devices per node, tp, pp, mbs, gas; dp and the global batch follow) with the
+    switches that change memory and speed."""
+
+    vp: int = 1  # model chunks per pipeline rank (interleaved 1F1B when > 1)
+    recompute: str = "selective"
+    distributed_optimizer: bool = True
+    sequence_parallel: bool = True
+    flash_attention: bool = True
+    precision: str = "bf16"  # bf16 | fp16 | fp32
+
+    def problems(self, model: ModelSpec) -> list[str]:
+        """Why this layout cannot run the model (the spec's rules, and interleaving's); empty when it can."""
+        out = layout_problems(model, self)
+        if self.vp > 1 and (self.pp == 1 or self.gas % self.pp or model.num_layers % (self.pp * self.vp)):
+            out.append(f"interleaving (vp {self.vp}) needs pp > 1, gas a multiple of pp and pp x vp dividing the "
+                       f"{model.num_layers} layers")
+        return out

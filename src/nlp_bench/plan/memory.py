@@ -1,0 +1,110 @@
+"""Memory per device: weights, gradients and optimizer states, activations of the first pipeline stage,
+and a stated allowance for what the model does not count.
+
+The weight and activation terms are Megatron-LM's theoretical memory model
+(megatron/training/theoretical_memory_usage.py), generalised to the cases it leaves out with Table 2 of
+Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023):
+without sequence parallelism the 10·s·b·h bytes per layer that LayerNorms and dropouts keep are not
+split over tp; without selective recompute (and without flash attention, which never stores it) the
+attention matrix adds 5·a·s²·b/tp bytes; full recompute keeps only each layer's input (2·s·b·h, split
+over tp under sequence parallelism). Activations are 16-bit (fp32 doubles them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from nlp_bench.plan.candidate import Candidate
+from nlp_bench.spec.models import ModelSpec
+
+GIB = 2**30
+#: What the formulas leave out: CUDA context, NCCL buffers, cuBLAS workspaces (a fixed amount) and the
+#: allocator's fragmentation (a fraction of what is counted). Stated, not measured.
+WORKSPACE_GIB = 2.0
+FRAGMENTATION = 0.10
+
+
+def transformer_parameters(model: ModelSpec, swiglu: bool = False) -> float:
+    """Megatron's count: QKV and output projections, MLP, two LayerNorms per layer, the final LayerNorm."""
+    h, n = model.hidden_size, model.num_layers
+    gated = 1.5 if swiglu else 1.0
+    return 2 * n * h * h * (2 + (model.ffn_hidden_size / h) * gated + 2 / h + 1 / (n * h))
+
+
+def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bool = False,
+                                    untied: bool = False) -> float:
+    """The first pipeline stage: its share of the layers plus the word embedding, split over tp."""
+    embedding = model.hidden_size * vocab_padded
+    shard = (transformer_parameters(model, swiglu) / c.pp + embedding) / c.tp
+    if untied and c.pp == 1:
+        shard += embedding / c.tp
+    return shard
+
+
+def bytes_per_parameter(c: Candidate) -> float:
+    """Mixed precision: 16-bit weight, fp32 gradient, fp32 master and two fp32 moments (18 bytes), of which
+    the distributed optimizer keeps the last 12 once per data-parallel group; fp32 training has no master."""
+    if c.precision == "fp32":
+        return 16.0 if not c.distributed_optimizer else 8.0 + 8.0 / c.dp
+    return 18.0 if not c.distributed_optimizer else 6.0 + 12.0 / c.dp
+
+
+def layer_activation_bytes(model: ModelSpec, c: Candidate) -> float:
+    """One layer, one micro-batch, on one device (16-bit)."""
+    s, b, h, a, t = model.seq_length, c.mbs, model.hidden_size, model.num_attention_heads, c.tp
+    sbh = s * b * h
+    if c.recompute == "full":
+        return 2 * sbh / (t if c.sequence_parallel else 1)
+    split = 8 + 4 * model.ffn_hidden_size / h  # the tensor-parallel part (24 with ffn = 4h)
+    per_layer = (10 + split) * sbh / t if c.sequence_parallel else (10 + split / t) * sbh
+    if c.recompute == "none" and not c.flash_attention:
+        per_layer += 5 * a * s * s * b / t
+    return per_layer
+
+
+def activation_bytes(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
+    """The first pipeline stage's activations: L/pp layers for each of up to pp micro-batches in flight
+    (fewer when gas < pp; more, by Megatron's interleaving penalty, with vp > 1), the embedding's input
+    and dropout, and on a single stage the output layer and loss."""
+    s, b, h = model.seq_length, c.mbs, model.hidden_size
+    tp_part = layer_activation_bytes(model, c) * c.tp  # Megatron divides by tp at the end
+    memory = tp_part * model.num_layers
+    memory += 8 * s * b * c.pp + s * b * h * c.pp
+    if c.vp > 1:
+        memory *= 1 + (c.pp - 1) / (c.pp * c.vp)
+    elif c.pp > 1:
+        memory *= min(1.0, c.gas / c.pp)
+    if c.pp == 1:
+        memory += s * b * h * 4 * (1 + vocab_padded / h)
+    factor = 2.0 if c.precision == "fp32" else 1.0
+    return factor * memory / c.tp
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights_and_optimizer: float  # bytes
+    activations: float
+    allowance: float
+
+    @property
+    def total(self) -> float:
+        return self.weights_and_optimizer + self.activations + self.allowance
+
+    @property
+    def gib(self) -> float:
+        return self.total / GIB
+
+
+def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bool = False) -> MemoryEstimate:
+    states = parameters_on_most_loaded_shard(model, vocab_padded, c, swiglu) * bytes_per_parameter(c)
+    activations = activation_bytes(model, vocab_padded, c)
+    allowance = WORKSPACE_GIB * GIB + FRAGMENTATION * (states + activations)
+    return MemoryEstimate(states, activations, allowance)
+
+
+def in_flight_microbatches(c: Candidate) -> int:
+    """Micro-batches whose activations the first stage holds at once (Megatron's count)."""
+    if c.vp > 1:
+        return math.ceil((1 + (c.pp - 1) / (c.pp * c.vp)) * c.pp)
+    return min(c.pp, c.gas)

@@ -1,0 +1,120 @@
+"""Evaluate layouts: prune what cannot run or fit, predict the rest, rank by tokens/s."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from nlp_bench import flops
+from nlp_bench.plan import memory, timing
+from nlp_bench.plan.candidate import RECOMPUTE, Candidate
+from nlp_bench.spec.models import ModelSpec, pad_vocab
+from nlp_bench.spec.systems import System
+
+
+@dataclass(frozen=True)
+class Prediction:
+    candidate: Candidate
+    memory_gib: float | None
+    fits: bool
+    tokens_per_s: float | None
+    reason: str  # why it was pruned; "" when it runs
+
+    @property
+    def time_to_report_s(self) -> float | None:
+        return flops.time_to_report(self.tokens_per_s) if self.tokens_per_s else None
+
+    def to_dict(self) -> dict:
+        c = self.candidate
+        return {"nodes": c.nodes, "tp": c.tp, "pp": c.pp, "dp": c.dp, "vp": c.vp, "mbs": c.mbs, "gas": c.gas,
+                "global_batch_size": c.global_batch_size, "recompute": c.recompute,
+                "distributed_optimizer": c.distributed_optimizer, "sequence_parallel": c.sequence_parallel,
+                "memory_gib": None if self.memory_gib is None else round(self.memory_gib, 2), "fits": self.fits,
+                "tokens_per_s": None if self.tokens_per_s is None else round(self.tokens_per_s, 1),
+                "time_to_report_s": None if self.time_to_report_s is None else round(self.time_to_report_s, 2),
+                "reason": self.reason}
+
+
+def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficiency, swiglu: bool = False) -> Prediction:
+    problems = c.problems(model)
+    if problems:
+        return Prediction(c, None, False, None, "; ".join(problems))
+    vocab = pad_vocab(model.vocab_size, c.tp)
+    gib = memory.estimate(model, vocab, c, swiglu).gib
+    tokens = c.global_batch_size * model.seq_length / timing.estimate(model, vocab, c, system, eff, swiglu).iteration_s
+    if system.device_memory_gib is not None and gib > system.device_memory_gib:
+        return Prediction(c, gib, False, tokens,
+                          f"needs {gib:.1f} GiB per device, {system.device_memory_gib:g} GiB available")
+    return Prediction(c, gib, True, tokens, "")
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [1 << k for k in range(limit.bit_length()) if 1 << k <= limit]
+
+
+@dataclass(frozen=True)
+class Space:
+    """The axes to enumerate; None means every sensible value."""
+
+    nodes: tuple[int, ...]
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    vp: tuple[int, ...] | None = None
+    mbs: tuple[int, ...] | None = None
+    gas: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] = RECOMPUTE
+    distributed_optimizer: tuple[bool, ...] = (True, False)
+    global_batch_size: int | None = None  # kept fixed (gas follows) unless gas is pinned
+
+
+def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) -> Iterable[Candidate]:
+    """Every layout of the space, with the base's precision, sequence parallelism and attention."""
+    dpn = system.devices_per_node
+    for nodes in space.nodes:
+        world = nodes * dpn
+        tps = space.tp or [t for t in _powers_of_two(min(world, 4 * dpn)) if model.num_attention_heads % t == 0]
+        pps = space.pp or [p for p in range(1, min(model.num_layers, world) + 1) if model.num_layers % p == 0]
+        for tp, pp in itertools.product(tps, pps):
+            if world % (tp * pp):
+                continue
+            dp = world // (tp * pp)
+            vps = space.vp or [v for v in (1, 2, 3, 4, 6, 8) if pp > 1 or v == 1]
+            for mbs in space.mbs or (1, 2, 4, 8):
+                if space.gas:
+                    gases = space.gas
+                else:
+                    gbs = space.global_batch_size or base.global_batch_size
+                    if gbs % (dp * mbs):
+                        continue
+                    gases = (gbs // (dp * mbs),)
+                for gas, vp, rc, do in itertools.product(gases, vps, space.recompute, space.distributed_optimizer):
+                    yield replace(base, nodes=nodes, devices_per_node=dpn, tp=tp, pp=pp, mbs=mbs, gas=gas, vp=vp,
+                                  recompute=rc, distributed_optimizer=do and dp > 1)
+
+
+def rank(model: ModelSpec, system: System, space: Space, base: Candidate, eff: timing.Efficiency,
+         swiglu: bool = False) -> tuple[list[Prediction], list[Prediction]]:
+    """(runnable layouts fastest first, pruned layouts most promising first); duplicates dropped."""
+    seen: set[Candidate] = set()
+    good, pruned = [], []
+    for c in candidates(model, system, space, base):
+        if c in seen:
+            continue
+        seen.add(c)
+        p = predict(model, system, c, eff, swiglu)
+        (good if p.fits else pruned).append(p)
+    good.sort(key=lambda p: -p.tokens_per_s)
+    pruned.sort(key=lambda p: -(p.tokens_per_s or 0.0))
+    return good, pruned
+
+
+def smallest_nodes(model: ModelSpec, system: System, space: Space, base: Candidate, eff: timing.Efficiency,
+                   target_s: float, swiglu: bool = False, limit: int | None = None) -> Prediction | None:
+    """The best layout on the fewest nodes whose predicted time_to_report meets the target (every node
+    count from 1 up to the system's size is tried), or None."""
+    for nodes in range(1, (limit or system.max_nodes or 4096) + 1):
+        good, _ = rank(model, system, replace(space, nodes=(nodes,)), base, eff, swiglu)
+        if good and good[0].time_to_report_s <= target_s:
+            return good[0]
+    return None

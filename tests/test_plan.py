@@ -1,0 +1,166 @@
+"""The planner: Megatron's memory formulas, calibration on the published reference rows, the command.
+
+Memory figures below were computed by hand (the arithmetic is in the comments) from Megatron-LM's
+theoretical memory model, megatron/training/theoretical_memory_usage.py (weights and optimizer: 18 bytes
+per parameter, 6 + 12/dp with the distributed optimizer; activations: the first stage's s·b·h·(18 + 4·ffn/h)
+bytes per layer for L layers, plus the embedding's input and dropout for pp micro-batches, plus the output
+layer when pp = 1, all divided by tp), and Table 2 of Korthikanti et al., "Reducing Activation
+Recomputation in Large Transformer Models", MLSys 2023 (per layer: s·b·h·(10 + 24/t) without sequence
+parallelism, plus 5·a·s²·b/t when the attention matrix is stored).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import DATA, ROOT, run_bench
+from nlp_bench import planner
+from nlp_bench.cli import cli
+from nlp_bench.plan import memory
+from nlp_bench.plan.candidate import Candidate
+from nlp_bench.spec.models import get_model, pad_vocab
+
+
+def test_megatron_memory_175b_reference_layout():
+    m, c = get_model("gpt-175b"), Candidate(96, 4, 8, 8, 1, 16)
+    vocab = pad_vocab(m.vocab_size, 8)
+    assert vocab == 51200
+    # transformer: 96 x (12 x 12288^2 + 4 x 12288) + 2 x 12288 = 173,950,918,656; embedding 12288 x 51200
+    # = 629,145,600; first stage: (173,950,918,656 / 8 + 629,145,600) / 8 = 2,796,626,304 parameters
+    assert memory.parameters_on_most_loaded_shard(m, vocab, c) == pytest.approx(2_796_626_304)
+    # distributed optimizer over dp 6: 6 + 12/6 = 8 bytes each
+    assert memory.estimate(m, vocab, c).weights_and_optimizer == pytest.approx(22_373_010_432)
+    # 34 x 2048 x 12288 = 855,638,016 per layer, x 96 = 82,141,249,536; + 8 x 2048 x 8 = 131,072;
+    # + 2048 x 12288 x 8 = 201,326,592; / tp 8 = 10,292,838,400
+    assert memory.activation_bytes(m, vocab, c) == pytest.approx(10_292_838_400)
+
+
+def test_megatron_memory_13b_reference_layout():
+    m, c = get_model("gpt-13b"), Candidate(8, 4, 2, 4, 1, 256, precision="fp16")
+    vocab = pad_vocab(m.vocab_size, 2)
+    assert vocab == 50432
+    # 40 x (12 x 5120^2 + 4 x 5120) + 2 x 5120 = 12,583,741,440; embedding 5120 x 50432 = 258,211,840;
+    # (12,583,741,440 / 4 + 258,211,840) / 2 = 1,702,073,600 parameters; x (6 + 12/4) bytes
+    assert memory.estimate(m, vocab, c).weights_and_optimizer == pytest.approx(15_318_662_400)
+    # 34 x 2048 x 5120 x 40 = 14,260,633,600; + 65,536 + 41,943,040; / 2 = 7,151,321,088
+    assert memory.activation_bytes(m, vocab, c) == pytest.approx(7_151_321_088)
+
+
+def test_megatron_memory_single_stage_adds_the_output_layer():
+    m, c = get_model("gpt-1.3b"), Candidate(1, 8, 1, 1, 4, 1, distributed_optimizer=False, recompute="none")
+    vocab = pad_vocab(m.vocab_size, 1)
+    assert vocab == 50304
+    # 24 x (12 x 2048^2 + 4 x 2048) + 2 x 2048 + 2048 x 50304 = 1,311,182,848 parameters x 18 bytes
+    assert memory.estimate(m, vocab, c).weights_and_optimizer == pytest.approx(23_601_291_264)
+    # flash attention: no s^2 term even without recompute. 34 x 2048 x 4 x 2048 x 24 = 13,690,208,256;
+    # + 8 x 2048 x 4 = 65,536; + 2048 x 4 x 2048 = 16,777,216; output layer and loss:
+    # 2048 x 4 x 2048 x 4 x (1 + 50304 / 2048) = 1,715,470,336; total 15,422,521,344
+    assert memory.activation_bytes(m, vocab, c) == pytest.approx(15_422_521_344)
+
+
+def test_korthikanti_per_layer_cases():
+    m = get_model("gpt-13b")  # s 2048, h 5120, a 32
+    sbh = 2048 * 5120
+    plain = Candidate(8, 4, 4, 1, 1, 1, sequence_parallel=False, recompute="none", flash_attention=False)
+    # no sequence parallelism, attention matrix stored: sbh (10 + 24/4) + 5 x 32 x 2048^2 / 4 = 335,544,320
+    assert memory.layer_activation_bytes(m, plain) == pytest.approx(335_544_320)
+    # selective recompute drops the s^2 term: sbh x 16
+    assert memory.layer_activation_bytes(m, Candidate(8, 4, 4, 1, 1, 1, sequence_parallel=False)) == 16 * sbh
+    # full recompute keeps the layer input, split over tp under sequence parallelism: 2 sbh / 4
+    assert memory.layer_activation_bytes(m, Candidate(8, 4, 4, 1, 1, 1, recompute="full")) == 2 * sbh / 4
+
+
+def test_calibrated_on_the_two_reference_rows_the_planner_predicts_both(tmp_path):
+    fits = planner.calibrate_and_store(tmp_path, ["reference"])
+    result, checks = fits["juwels-booster"]
+    assert len(checks) == 2
+    for label, predicted, measured in checks:
+        assert predicted == pytest.approx(measured, rel=0.05), label
+    # the stored fit is what later plans use: the tags' own layouts come back at the measured speed
+    for tag, measured in (("13", 60777.68), ("175", 36055.39)):
+        out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", tag, "--json",
+                                       "--tp", "8" if tag == "175" else "2", "--pp", "8" if tag == "175" else "4",
+                                       "--vp", "1", "--mbs", "1", "--recompute", "selective"])
+        assert out.exit_code == 0, out.output
+        rows = [r for r in json.loads(out.output) if r["fits"] and r["distributed_optimizer"]]
+        assert rows[0]["calibrated"] is True
+        assert rows[0]["tokens_per_s"] == pytest.approx(measured, rel=0.05)
+
+
+def test_json_keys_are_the_documented_contract(tmp_path):
+    out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--json", "--top", "3"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert rows and all(tuple(r) == planner.JSON_KEYS for r in rows)
+    assert all(r["calibrated"] is False for r in rows)
+    fits = [r for r in rows if r["fits"]]
+    assert fits == sorted(fits, key=lambda r: -r["tokens_per_s"])
+    assert all(r["global_batch_size"] == 96 and r["time_to_report_s"] == pytest.approx(2e7 / r["tokens_per_s"], rel=1e-3)
+               for r in fits)
+    assert any(not r["fits"] and "GiB per device" in r["reason"] for r in rows)
+
+
+def test_pinned_axes_and_the_target_search(tmp_path):
+    runner = CliRunner()
+    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--json", "--tp", "4",
+                              "--pp", "8", "--pp", "16"])
+    rows = json.loads(out.output)
+    assert rows and {r["tp"] for r in rows} == {4} and {r["pp"] for r in rows} <= {8, 16}
+    planner.calibrate_and_store(tmp_path, ["reference"])
+    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--target-seconds", "560",
+                              "--system", "juwels-booster"])
+    assert out.exit_code == 0, out.output
+    assert "fewest nodes for time_to_report <= 560 s:" in out.output and "calibrated on measured runs" in out.output
+    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--target-seconds", "560",
+                              "--json"])
+    (best,) = json.loads(out.output)
+    assert best["fits"] and best["time_to_report_s"] <= 560 and best["nodes"] <= 96
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["plan", "--tag", "smoke"], "system 'local' has no peak_tflops"),
+    (["plan", "--calibrate"], "--calibrate needs RUN ids or `reference`"),
+    (["plan", "somerun"], "RUN arguments go with --calibrate"),
+    (["plan", "--tag", "175", "--tp", "0"], "--tp"),
+])
+def test_bad_requests_are_one_line(tmp_path, argv, message):
+    out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), *argv])
+    assert out.exit_code == 2
+    assert message in out.output and len(out.output.strip().splitlines()) == 1
+
+
+def test_candidate_rules():
+    m = get_model("gpt-175b")
+    assert Candidate(96, 4, 8, 8, 1, 16).problems(m) == []
+    assert "must divide the number of layers 96" in " ".join(Candidate(96, 4, 8, 5, 1, 16).problems(m))
+    assert "interleaving" in " ".join(Candidate(96, 4, 8, 8, 1, 12, vp=2).problems(m))
+    assert "interleaving" in " ".join(Candidate(96, 4, 8, 8, 1, 16, vp=5).problems(m))
+
+
+def test_sweep_top_k_runs_only_the_predicted_fastest(tmp_path):
+    out = run_bench("sweep", str(ROOT / "benchmark" / "grids" / "13b-tp-pp-mbs.yaml"), "--dry-run", "--top", "3",
+                    cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    meta = json.loads(next(tmp_path.glob("results/nlp/*/run.json")).read_text())
+    assert len(meta["points"]) == 3
+    slower = [d for d in meta["dropped"] if "not among the 3 fastest" in d["reason"]]
+    assert len(slower) == 26 - 3
+    kept = [json.loads(p.read_text())["tokens_per_s"] for p in tmp_path.glob("results/nlp/*/*/prediction.json")]
+    assert min(kept) >= max(float(d["reason"].split("predicted ")[1].split()[0].replace(",", "")) for d in slower)
+
+
+def test_result_table_puts_the_prediction_beside_the_measurement(tmp_path):
+    assert run_bench("run", "--tag", "175", "--dry-run", cwd=tmp_path).returncode == 0
+    point = next(tmp_path.glob("results/nlp/*/gpt-175b_*"))
+    predicted = json.loads((point / "prediction.json").read_text())
+    assert predicted["fits"] and predicted["calibrated"] is False
+    shutil.copy(DATA / "seed003_verification.log", point / "job.out")  # the published run's own log lines
+    rows = json.loads(run_bench("result", "table", "--format", "json", cwd=tmp_path).stdout)
+    assert rows[0]["Predicted_Tokens/sec"] == pytest.approx(predicted["tokens_per_s"])
+    assert rows[0]["Predicted/Measured"] == pytest.approx(predicted["tokens_per_s"] / rows[0]["Tokens/sec"])
+    pretty = run_bench("result", "table", cwd=tmp_path).stdout
+    assert "Predicted/Measured" in pretty
