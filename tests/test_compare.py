@@ -95,7 +95,8 @@ def _fake_sweep(bench, results, tmp_path):
     nodes, best at tp 2 / pp 4, a slow first interval."""
     (tmp_path / "g.yaml").write_text('tag: "13"\nmatrix: {nodes: [8, 16], tp: [1, 2], pp: [2, 4]}\n'
                                      'derived: {gas: "1024 // (nodes * 4 // (tp * pp))"}\n')
-    assert bench("sweep", str(tmp_path / "g.yaml"), "--dry-run").exit_code == 0
+    # --no-plan: the tp 1 points are predicted not to fit on a 40 GiB A100, and the plots want them all
+    assert bench("sweep", str(tmp_path / "g.yaml"), "--dry-run", "--no-plan").exit_code == 0
     for folder in sorted(results.glob("nlp/*/*/")):
         point = json.loads((folder / "point.json").read_text())
         lay = point["layout"]

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from conftest import DATA, ROOT, run_bench
 from nlp_bench import planner
 from nlp_bench.cli import cli
-from nlp_bench.plan import memory
+from nlp_bench.plan import memory, rank
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.spec.models import get_model, pad_vocab
 
@@ -122,7 +122,6 @@ def test_pinned_axes_and_the_target_search(tmp_path):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["plan", "--tag", "smoke"], "system 'local' has no peak_tflops"),
     (["plan", "--calibrate"], "--calibrate needs RUN ids or `reference`"),
     (["plan", "somerun"], "RUN arguments go with --calibrate"),
     (["plan", "--tag", "175", "--tp", "0"], "--tp"),
@@ -131,6 +130,17 @@ def test_bad_requests_are_one_line(tmp_path, argv, message):
     out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), *argv])
     assert out.exit_code == 2
     assert message in out.output and len(out.output.strip().splitlines()) == 1
+
+
+def test_a_system_without_the_figures_is_refused_in_words():
+    from dataclasses import replace
+
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.systems import load_system
+
+    bare = replace(load_system("local"), peak_tflops=None, inter_node_gbps=None)
+    with pytest.raises(timing.NotPlannable, match="system 'local' has no peak_tflops, inter_node_gbps"):
+        rank.predict(get_model("gpt-tiny"), bare, Candidate(1, 2, 1, 1, 1, 1), timing.Efficiency())
 
 
 def test_candidate_rules():
@@ -164,3 +174,40 @@ def test_result_table_puts_the_prediction_beside_the_measurement(tmp_path):
     assert rows[0]["Predicted/Measured"] == pytest.approx(predicted["tokens_per_s"] / rows[0]["Tokens/sec"])
     pretty = run_bench("result", "table", cwd=tmp_path).stdout
     assert "Predicted/Measured" in pretty
+
+
+@pytest.mark.slow
+def test_calibrated_on_a_small_local_sweep_it_predicts_a_held_out_point(tmp_path):
+    """Four tiny trainings on this machine (gas 1, 2, 4, 8: the global batch grows with gas); calibrated on
+    three, the planner predicts the fourth within 25%."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("tag: smoke\nmatrix:\n  gas: [1, 2, 4, 8]\ntrain:\n  train-iters: 10\n  eval-iters: 0\n"
+                    "  log-interval: 1\n")
+    out = run_bench("sweep", str(grid), "--system", "local", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = tmp_path / "results"
+    run_id = next(results.glob("nlp/*/run.json")).parent.name
+    found = planner.measured(results, [run_id])
+    assert sorted(p.candidate.gas for p, _, _ in found) == [1, 2, 4, 8]
+    held_out = next(item for item in found if item[0].candidate.gas == 4)
+    fits = planner.fit_points([item for item in found if item is not held_out])
+    result, _ = fits["local"]
+    planned, measured_tokens, _ = held_out
+    predicted = rank.predict(planned.model, planned.system, planned.candidate, result.efficiency).tokens_per_s
+    assert predicted == pytest.approx(measured_tokens, rel=0.25), (predicted, measured_tokens, result)
+    # the command reports the fit and its error, and later plans on this system say they are calibrated
+    out = run_bench("plan", "--calibrate", run_id, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "calibrated local:" in out.stdout and "largest error" in out.stdout
+    plan = json.loads(run_bench("plan", "--tag", "smoke", "--json", cwd=tmp_path).stdout)
+    assert plan and all(row["calibrated"] for row in plan)
+
+
+def test_sweep_keeps_what_the_planner_would_drop_when_told(tmp_path):
+    out = run_bench("sweep", str(ROOT / "benchmark" / "grids" / "13b-tp-pp-mbs.yaml"), "--dry-run", "--no-plan",
+                    cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    meta = json.loads(next(tmp_path.glob("results/nlp/*/run.json")).read_text())
+    assert len(meta["points"]) == 45 and not any(d["reason"].startswith("planner") for d in meta["dropped"])
+    unfit = [json.loads(p.read_text()) for p in tmp_path.glob("results/nlp/*/*/prediction.json")]
+    assert sum(not p["fits"] for p in unfit) == 19  # still predicted, and the prediction kept beside the point

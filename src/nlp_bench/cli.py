@@ -132,25 +132,26 @@ def _refreshed(run_):
 @click.option("-v", "--verbose", is_flag=True, help="List every dropped point.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Run only the K points the planner predicts fastest (needs a system the planner can time).")
+@click.option("--no-plan", is_flag=True, help="Keep points the planner predicts not to fit in device memory.")
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until every job ends, then print the table.")
 @launch_options
 @click.option("--resume", "resume_ref", metavar="RUN", default=None,
               help="Run again the points of RUN that did not complete, instead of a GRID.")
 @click.pass_context
-def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, top, wait_,
-          hang_timeout, after, resume_ref) -> None:
+def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, top, no_plan,
+          wait_, hang_timeout, after, resume_ref) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints)."""
     from nlp_bench.runner import LaunchOptions, execute_sweep, resume
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
         _resume_takes_no(grid=grid, tag=tag, system=system, max_points=max_points, no_rules=no_rules or None,
-                         hang_timeout=hang_timeout, top=top)
+                         hang_timeout=hang_timeout, top=top, no_plan=no_plan or None)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     if grid is None:
         raise click.UsageError("give a GRID file, or --resume RUN")
     ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose,
-                           options, top))
+                           options, top, keep_unfit=no_plan))
 
 
 @cli.command()

@@ -142,14 +142,15 @@ def predictions(results_dir: Path, pts: list) -> dict[str, dict]:
     return out
 
 
-def select_points(results_dir: Path, pts: list, top: int | None) -> tuple[list, list[tuple[object, str]], dict]:
-    """The points worth running: those predicted to fit in device memory, and with `top` the K fastest of
-    them. Returns (kept, [(dropped point, reason)], predictions by id)."""
+def select_points(results_dir: Path, pts: list, top: int | None,
+                  keep_unfit: bool = False) -> tuple[list, list[tuple[object, str]], dict]:
+    """The points worth running: those predicted to fit in device memory (all, with `keep_unfit`), and
+    with `top` the K fastest of them. Returns (kept, [(dropped point, reason)], predictions by id)."""
     predicted = predictions(results_dir, pts)
     kept, dropped = [], []
     for point in pts:
         p = predicted.get(point.id)
-        if p is not None and not p["fits"]:
+        if p is not None and not p["fits"] and not keep_unfit:
             dropped.append((point, f"planner: {p['reason']}"))
         else:
             kept.append(point)

@@ -114,17 +114,17 @@ def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system:
 
 def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
                   no_rules: bool, max_points: int | None, verbose: bool, options: LaunchOptions = LaunchOptions(),
-                  top: int | None = None) -> int:
+                  top: int | None = None, keep_unfit: bool = False) -> int:
     """`bench sweep`: every point of a grid file, with every dropped point and its reason kept. Points the
     planner predicts not to fit in device memory are dropped too (with the predicted memory), and with
-    `top` only the K points it predicts fastest are run."""
+    `top` only the K points it predicts fastest are run (`keep_unfit`: trust the grid, not the planner)."""
     from nlp_bench.planner import select_points
     from nlp_bench.sweep.grid import LAYOUT, expand, load_grid
 
     grid = load_grid(grid_path)
     expansion = expand(grid, tag=tag, system=system, no_rules=no_rules, max_points=max_points)
     dropped = [{"params": d.params, "reason": d.reason} for d in expansion.dropped]
-    kept, planned_out, _ = select_points(results_dir, expansion.points, top)
+    kept, planned_out, _ = select_points(results_dir, expansion.points, top, keep_unfit)
     dropped += [{"params": {k: getattr(p.layout, k) for k in LAYOUT}, "reason": reason} for p, reason in planned_out]
     expansion = replace(expansion, points=kept)
     say(f"grid {grid_path}: {expansion.combinations} combinations, {len(expansion.points)} points, "

@@ -18,9 +18,10 @@ def _row(p) -> list:
 
 def _basis(calibrated: bool, base) -> str:
     how = "calibrated on measured runs" if calibrated else "NOT calibrated (default efficiencies; see --calibrate)"
+    memory = (f"{base.system.device_memory_gib:g} GiB each" if base.system.device_memory_gib is not None
+              else "device memory not in the profile")
     return (f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
-            f"{base.system.device_name or base.system.device}, {base.system.device_memory_gib} GiB each); "
-            f"predictions {how}\n")
+            f"{base.system.device_name or base.system.device}, {memory}); predictions {how}\n")
 
 
 def render_plan(good: list, pruned: list, calibrated: bool, base, top: int) -> str:
