@@ -211,3 +211,19 @@ def test_sweep_keeps_what_the_planner_would_drop_when_told(tmp_path):
     assert len(meta["points"]) == 45 and not any(d["reason"].startswith("planner") for d in meta["dropped"])
     unfit = [json.loads(p.read_text()) for p in tmp_path.glob("results/nlp/*/*/prediction.json")]
     assert sum(not p["fits"] for p in unfit) == 19  # still predicted, and the prediction kept beside the point
+
+
+def test_trainium_profiles_are_planned_without_pipeline_parallelism(tmp_path):
+    runner = CliRunner()
+    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--system", "trn1", "--tag", "175", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    # 175B without pipeline parallelism does not fit a 16 GiB NeuronCore: said with memory and speed
+    assert rows and all(r["pp"] == 1 and not r["fits"] and "16 GiB available" in r["reason"] for r in rows)
+    assert all(r["memory_gib"] > 16 and r["tokens_per_s"] > 0 for r in rows)
+    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--system", "trn1", "--tag", "13", "--json"])
+    best = json.loads(out.output)[0]
+    assert best["fits"] and best["pp"] == 1 and best["memory_gib"] <= 16 and best["global_batch_size"] == 1024
+    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--system", "trn1", "--tag", "13", "--pp", "2",
+                              "--json"])
+    assert all("no pipeline parallelism with the xla backend" in r["reason"] for r in json.loads(out.output))

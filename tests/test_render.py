@@ -84,3 +84,34 @@ def test_175b_renders_for_other_sites(system, devices):
     assert f"export DP_SIZE={96 * devices // 64}" in script
     proc = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_trainium_point_is_a_compile_job_then_the_run_job(bench, results):
+    """trn1: the compile script and the run script, both pinned by committed golden files."""
+    out = bench("run", "--tag", "175", "--system", "trn1", "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert "sbatch --dependency=afterok:$(sbatch --parsable compile.sbatch) jobscript.sbatch" in out.output
+    (point,) = results.glob("nlp/*/gpt-175b_*")
+    for name, golden in (("compile.sbatch", "compile_175B.sbatch"), ("jobscript.sbatch", "jobscript_175B.sbatch")):
+        assert (point / name).read_text() == (ROOT / "slurm" / "trn1" / golden).read_text(), (
+            f"slurm/trn1/{golden} is stale: regenerate it with `bench run --tag 175 --system trn1 --dry-run`")
+    compile_text, run_text = (point / "compile.sbatch").read_text(), (point / "jobscript.sbatch").read_text()
+    for text in (compile_text, run_text):
+        for needle in ("#SBATCH --exclusive", "#SBATCH --nodes=32", "export TP_SIZE=32", "export PP_SIZE=1",
+                       "export FI_PROVIDER=efa", "export FI_EFA_USE_DEVICE_RDMA=1", "--distributed-backend xla",
+                       'NEURON_COMPILE_CACHE_URL="${NEURON_COMPILE_CACHE_URL:-/var/tmp/neuron-compile-cache}"'):
+            assert needle in text, needle
+    assert "${NLP_BENCH_COMPILE_COMMAND:-neuron_parallel_compile} torchrun" in compile_text
+    # a 10-iteration trial (10 x the global batch of 96) with the run's learning-rate schedule
+    assert "--train-samples 960" in compile_text and "--lr-decay-samples 300000000" in compile_text
+    assert "--train-samples 300000000" in run_text
+    assert "#SBATCH --output=compile.out" in compile_text and "#SBATCH --output=job.out" in run_text
+    assert "neuron_parallel_compile" not in run_text.split("TRAIN_ARGS=(")[1]
+    for script in (compile_text, run_text):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_xla_systems_refuse_pipeline_parallelism(bench):
+    out = bench("run", "--tag", "175", "--system", "trn1", "--pp", "2", "--dry-run")
+    assert out.exit_code == 2
+    assert "pipeline parallelism (pp 2) is not available with the xla backend" in out.output

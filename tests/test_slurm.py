@@ -4,6 +4,7 @@ own fixture starts: submission, states, failure classes, the watchdog, cancel an
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -318,3 +319,37 @@ def test_a_node_whose_slurmd_dies_ends_the_job_node_fail(slurm_cluster, tmp_path
     again = run_bench("sweep", "--resume", run_id, cwd=tmp_path)
     assert "1 point(s) to run again" in again.stdout, again.stdout + again.stderr
     run_bench("cancel", run_id, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_compile_then_run_chain(slurm_cluster, tmp_path, monkeypatch):
+    """A system that compiles ahead (as trn1/trn2): `bench run` submits the compile job, then the run job
+    held until the compile job completed. The compile command is a stand-in that, like
+    neuron_parallel_compile, runs the short trial training it wraps (after a pause, so order shows)."""
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "benchmark", root / "benchmark")
+    shutil.copytree(ROOT / "slurm", root / "slurm")
+    standin = tmp_path / "standin-compile"
+    standin.write_text('#!/bin/bash\necho "compile stand-in: $1"\nsleep 3\nexec "$@"\n')
+    standin.chmod(0o755)
+    profile = (ROOT / "slurm" / "systems" / "local-slurm.yaml").read_text().replace("name: local-slurm",
+                                                                                     "name: local-slurm-chain")
+    profile += f"compile_command: {standin}\ncompile_cache: {tmp_path}/cache\ncompile_iters: 2\n"
+    (root / "slurm" / "systems" / "local-slurm-chain.yaml").write_text(profile)
+    monkeypatch.setenv("NLP_BENCH_ROOT", str(root))
+    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm-chain", "--wait", cwd=tmp_path)
+    folder = next(tmp_path.glob("results/nlp/*/*/"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "compile.err").read_text()[-2000:]
+    assert ": Slurm compile job " in proc.stdout and ", then run job " in proc.stdout
+    state = json.loads((folder / "state.json").read_text())
+    assert state["state"] == "COMPLETED" and state["compile_job_id"] != state["job_id"]
+    compiled = (folder / "compile.out").read_text()
+    assert "compile stand-in: torchrun" in compiled and "iteration        2/       2" in compiled
+    assert "NEURON_COMPILE_CACHE_URL=" + f"{tmp_path}/cache" in (folder / "provenance.env").read_text()
+    assert "iteration       40/      40" in (folder / "job.out").read_text()
+
+    def times(job_id: str) -> dict[str, str]:
+        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+        return dict(re.findall(r"(StartTime|EndTime)=(\S+)", out))
+
+    assert times(state["job_id"])["StartTime"] >= times(state["compile_job_id"])["EndTime"]

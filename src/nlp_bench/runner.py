@@ -15,12 +15,12 @@ from nlp_bench.analysis.results import run_rows
 from nlp_bench.errors import SpecError
 from nlp_bench.launch import states
 from nlp_bench.launch.executor import get_executor, wait
-from nlp_bench.launch.render import render_jobscript
+from nlp_bench.launch.render import render_compile_script, render_jobscript
 from nlp_bench.report.table import render
 from nlp_bench.spec.benchmark import Point, load_benchmark
 from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.sweep.workspace import (JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, PREDICTION_JSON, argv, create_run,
-                                       write_point)
+from nlp_bench.sweep.workspace import (COMPILE_SCRIPT, JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, PREDICTION_JSON, argv,
+                                       create_run, write_point)
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -146,6 +146,9 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
              extra: dict, options: LaunchOptions) -> int:
     system = points[0].system
     options.check(system.executor)
+    if system.compile_command and system.executor != "slurm":
+        raise SpecError(f"system {system.name!r} compiles ahead (compile_command) and that chain needs the slurm "
+                        "executor")
     executor = None if dry_run else get_executor(system.executor)
     if system.executor == "slurm" and not dry_run:
         from nlp_bench.launch.slurm import require
@@ -154,7 +157,8 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
     from nlp_bench.planner import predictions
 
     run = create_run(results_dir, benchmark, tag, system.name, points, argv(), **extra)
-    folders = [write_point(run, p, render_jobscript(p, options.hang_timeout_s)) for p in points]
+    folders = [write_point(run, p, render_jobscript(p, options.hang_timeout_s), render_compile_script(p))
+               for p in points]
     predicted = predictions(results_dir, points)
     for point, folder in zip(points, folders):
         if point.id in predicted:
@@ -162,7 +166,10 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
     say(f"run {run.id}: {benchmark} tag {tag} on {system.name}, {len(points)} point(s)")
     say(f"  workspace {run.path}")
     if dry_run:
-        if len(folders) == 1:
+        if system.compile_command:
+            say(f"  {len(folders)} compile + run script pair(s) written (not submitted); submit a pair with:")
+            say(f"  cd <point> && sbatch --dependency=afterok:$(sbatch --parsable {COMPILE_SCRIPT}) {JOBSCRIPT}")
+        elif len(folders) == 1:
             say(f"  jobscript {folders[0] / JOBSCRIPT} (not submitted)")
             say(f"  submit it with: cd {shlex.quote(str(folders[0]))} && sbatch {JOBSCRIPT}")
         else:
@@ -176,7 +183,11 @@ def _launch(run, executor, folders: list[Path], options: LaunchOptions) -> int:
     """Submit (Slurm) or run one after another (local) the given points of a run."""
     if executor.name == "slurm":
         for folder in folders:
-            say(f"  {folder.name}: Slurm job {executor.submit(folder, dependency=options.dependency)}")
+            if (folder / COMPILE_SCRIPT).is_file():
+                compile_id, run_id = executor.submit_chain(folder, dependency=options.dependency)
+                say(f"  {folder.name}: Slurm compile job {compile_id}, then run job {run_id} (afterok)")
+            else:
+                say(f"  {folder.name}: Slurm job {executor.submit(folder, dependency=options.dependency)}")
         if not options.wait:
             say(f"  when they end: bench result table {run.id}")
             return 0

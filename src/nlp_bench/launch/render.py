@@ -11,6 +11,7 @@ import jinja2
 
 from nlp_bench.paths import slurm_dir
 from nlp_bench.spec.benchmark import Point
+from nlp_bench.sweep.workspace import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT
 
 TEMPLATE = "jobscript.sbatch.j2"
 #: Seconds without a new iteration line after which a job's watchdog ends it. Generous: a 175B start-up
@@ -55,12 +56,41 @@ def train_flags(train: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_jobscript(point: Point, hang_timeout_s: int | None = None) -> str:
-    """The jobscript text for a point; deterministic, so committed reference scripts can be diffed."""
+#: The flags a compile job's short trial run leaves out: its length is its own, and it must not write
+#: or read the run's checkpoints or TensorBoard events.
+_RUN_ONLY = ("train-iters", "train-samples", "save", "load", "save-interval", "tensorboard-dir", "exit-duration-in-mins")
+
+
+def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_job: bool = False) -> str:
+    """The jobscript text for a point; deterministic, so committed reference scripts can be diffed. With
+    `compile_job`, the script of the compile job that precedes it on systems with a compile_command."""
     sbatch = {**point.system.sbatch, **point.sbatch}
     job_name = sbatch.pop("job-name", f"nlp-bench-{point.tag}")
     env = {key: shell_value(value) for key, value in point.system.env.items()}
+    train = point.train
+    if compile_job:
+        train = {k: v for k, v in train.items() if k not in _RUN_ONLY}
+        iters = point.system.compile_iters
+        # the trial run is short, but its learning-rate schedule stays the run's (a decay shorter than the
+        # warm-up is refused), and it counts in the run's unit: the graphs are the same either way
+        if "train-samples" in point.train:
+            train["train-samples"] = iters * point.layout.global_batch_size
+            train.setdefault("lr-decay-samples", point.train["train-samples"])
+        else:
+            train["train-iters"] = iters
+            if "train-iters" in point.train:
+                train.setdefault("lr-decay-iters", point.train["train-iters"])
+        job_name += "-compile"
     template = _environment(str(slurm_dir() / "templates")).get_template(TEMPLATE)
-    return template.render(p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
-                           train_flags=train_flags(point.train),
-                           hang_timeout_s=HANG_TIMEOUT_S if hang_timeout_s is None else int(hang_timeout_s))
+    return template.render(
+        p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
+        train_flags=train_flags(train), compile=compile_job,
+        out_name=COMPILE_OUT if compile_job else JOB_OUT, err_name=COMPILE_ERR if compile_job else JOB_ERR,
+        # the command is a site setting; NLP_BENCH_COMPILE_COMMAND replaces it at submission (a stand-in, say)
+        launch_prefix=f'${{NLP_BENCH_COMPILE_COMMAND:-{point.system.compile_command}}} ' if compile_job else "",
+        hang_timeout_s=0 if compile_job else HANG_TIMEOUT_S if hang_timeout_s is None else int(hang_timeout_s))
+
+
+def render_compile_script(point: Point) -> str | None:
+    """The compile job's script, or None on a system without ahead-of-time compilation."""
+    return render_jobscript(point, compile_job=True) if point.system.compile_command else None

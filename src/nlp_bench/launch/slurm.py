@@ -12,7 +12,7 @@ from pathlib import Path
 from nlp_bench.errors import LaunchError
 from nlp_bench.launch import states
 from nlp_bench.launch.executor import finish
-from nlp_bench.sweep.workspace import JOB_OUT, JOBSCRIPT
+from nlp_bench.sweep.workspace import COMPILE_SCRIPT, JOB_OUT, JOBSCRIPT
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -30,20 +30,30 @@ def require(tool: str) -> str:
 class SlurmExecutor:
     name = "slurm"
 
-    def submit(self, point_dir: Path, dependency: str | None = None) -> str:
-        cmd = [require("sbatch"), "--parsable"]
-        if dependency:
-            cmd.append(f"--dependency={dependency}")
+    def _sbatch(self, point_dir: Path, script: str, options: list[str]) -> str:
         # sbatch hands the job this environment: put bench's own (torchrun, the trainer) first on PATH,
         # so a job finds them even when the profile's set-up lines activate nothing
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        proc = subprocess.run([*cmd, JOBSCRIPT], cwd=Path(point_dir), env=env, capture_output=True, text=True,
-                              timeout=60)
+        proc = subprocess.run([require("sbatch"), "--parsable", *options, script], cwd=Path(point_dir), env=env,
+                              capture_output=True, text=True, timeout=60)
         if proc.returncode != 0:
-            raise LaunchError(f"sbatch refused {Path(point_dir) / JOBSCRIPT}: {proc.stderr.strip() or proc.stdout.strip()}")
-        job_id = proc.stdout.strip().split(";")[0]
+            raise LaunchError(f"sbatch refused {Path(point_dir) / script}: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc.stdout.strip().split(";")[0]
+
+    def submit(self, point_dir: Path, dependency: str | None = None) -> str:
+        job_id = self._sbatch(point_dir, JOBSCRIPT, [f"--dependency={dependency}"] if dependency else [])
         states.record(point_dir, states.PENDING, executor=self.name, job_id=job_id, submitted=states.now_iso())
         return job_id
+
+    def submit_chain(self, point_dir: Path, dependency: str | None = None) -> tuple[str, str]:
+        """The compile job, then the run job held until it completes; a failed compile cancels the run
+        (--kill-on-invalid-dep) instead of leaving it pending for ever. The point's state follows the run."""
+        compile_id = self._sbatch(point_dir, COMPILE_SCRIPT, [f"--dependency={dependency}"] if dependency else [])
+        after = f"afterok:{compile_id}" + (dependency[len("afterok"):] if dependency else "")
+        run_id = self._sbatch(point_dir, JOBSCRIPT, [f"--dependency={after}", "--kill-on-invalid-dep=yes"])
+        states.record(point_dir, states.PENDING, executor=self.name, job_id=run_id, compile_job_id=compile_id,
+                      submitted=states.now_iso())
+        return compile_id, run_id
 
     def poll(self, point_dir: Path) -> str:
         info = states.load(point_dir) or {}

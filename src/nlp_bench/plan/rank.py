@@ -38,6 +38,8 @@ class Prediction:
 
 def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficiency, swiglu: bool = False) -> Prediction:
     problems = c.problems(model)
+    if system.backend == "xla" and c.pp > 1:
+        problems.append("no pipeline parallelism with the xla backend (as in the Neuron reference)")
     if problems:
         return Prediction(c, None, False, None, "; ".join(problems))
     vocab = pad_vocab(model.vocab_size, c.tp)
@@ -74,7 +76,8 @@ def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) 
     for nodes in space.nodes:
         world = nodes * dpn
         tps = space.tp or [t for t in _powers_of_two(min(world, 4 * dpn)) if model.num_attention_heads % t == 0]
-        pps = space.pp or [p for p in range(1, min(model.num_layers, world) + 1) if model.num_layers % p == 0]
+        pps = space.pp or ([1] if system.backend == "xla" else
+                           [p for p in range(1, min(model.num_layers, world) + 1) if model.num_layers % p == 0])
         for tp, pp in itertools.product(tps, pps):
             if world % (tp * pp):
                 continue

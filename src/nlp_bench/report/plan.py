@@ -37,7 +37,8 @@ def render_plan(good: list, pruned: list, calibrated: bool, base, top: int) -> s
         for p in pruned[:min(top, 5)]:
             d = p.to_dict()
             out.append(f"  tp {d['tp']} pp {d['pp']} vp {d['vp']} mbs {d['mbs']} gas {d['gas']} recompute "
-                       f"{d['recompute']} dist-opt {'on' if d['distributed_optimizer'] else 'off'}: {p.reason}\n")
+                       f"{d['recompute']} dist-opt {'on' if d['distributed_optimizer'] else 'off'}: {p.reason}"
+                       + (f" (it would reach {d['tokens_per_s']:,.0f} tokens/s)" if d["tokens_per_s"] else "") + "\n")
     return "".join(out)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nlp_bench.errors import SpecError, unknown
+from nlp_bench.errors import LayoutError, SpecError, unknown
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.layout import Layout, validate
 from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
@@ -100,6 +100,9 @@ class Benchmark:
         model_spec = get_model(spec["model"], **{**(spec.get("model_overrides") or {}), **(model or {})})
         layout = validate(model_spec, Layout(spec["nodes"], sys_.devices_per_node, spec.get("tp", 1), spec.get("pp", 1),
                                         spec.get("mbs", 1), spec.get("gas", 1)))
+        if sys_.backend == "xla" and layout.pp > 1:
+            raise LayoutError(f"{where}: pipeline parallelism (pp {layout.pp}) is not available with the xla backend "
+                              f"of system {sys_.name!r}, as in the Neuron reference; use pp 1")
         if sys_.max_nodes is not None and layout.nodes > sys_.max_nodes:
             raise SpecError(f"{where} asks for {layout.nodes} nodes but system {sys_.name!r} has {sys_.max_nodes}")
         flags = {**self.train, **(spec.get("train") or {}), **(train or {})}

@@ -16,7 +16,7 @@ _KEYS = {
     "name", "description", "device", "device_name", "devices_per_node", "device_memory_gib", "peak_tflops",
     "backend", "launcher", "executor", "max_nodes", "sbatch", "env_setup", "env", "master_addr_suffix",
     "master_port", "data_dir", "intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
-    "sources",
+    "sources", "compile_command", "compile_cache", "compile_iters",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
 
@@ -41,6 +41,10 @@ class System:
     memory_bandwidth_gbps: float | None = None  # device memory, GB/s
     link_latency_us: float | None = None  # per collective step across nodes
     sources: dict[str, str] = field(default_factory=dict)
+    # ahead-of-time compilation (Neuron): each point becomes a compile job, then the run job after it
+    compile_command: str = ""  # e.g. neuron_parallel_compile; empty: no compile job
+    compile_cache: str = ""  # the persistent compiled-graph cache both jobs use
+    compile_iters: int = 10  # iterations of the compile job's trial run
     max_nodes: int | None = None
     sbatch: dict[str, Any] = field(default_factory=dict)
     env_setup: list[str] = field(default_factory=list)
@@ -58,6 +62,8 @@ _SAFE = {
     # values the template writes verbatim: a $NAME may expand, nothing may run
     "data_dir": re.compile(r"[A-Za-z0-9_./~${}+,:@-]*"),
     "master_addr_suffix": re.compile(r"[A-Za-z0-9.-]*"),
+    "compile_command": re.compile(r"[A-Za-z0-9_./-]*"),
+    "compile_cache": re.compile(r"[A-Za-z0-9_./~${}+,:@-]*"),
     "name": re.compile(r"[A-Za-z0-9_.-]+"),
 }
 
@@ -72,14 +78,17 @@ def _check_site_values(data: dict[str, Any], path: Path) -> None:
     for key in data.get("env") or {}:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
             raise SpecError(f"{path}: env name {key!r} is not a shell variable name")
-    if not isinstance(data.get("master_port", 6000), int):
-        raise SpecError(f"{path}: master_port must be a number")
+    for key in ("master_port", "compile_iters"):
+        if not isinstance(data.get(key, 1), int) or isinstance(data.get(key), bool) or data.get(key, 1) < 1:
+            raise SpecError(f"{path}: {key} must be a positive number")
 
 
 def check_sbatch_option(key: Any, value: Any, where: str) -> None:
     """An #SBATCH option must stay one comment line: a newline would start a line the shell runs."""
     if not re.fullmatch(r"[a-z][a-z0-9-]*", str(key)):
         raise SpecError(f"{where}: {key!r} is not an sbatch option name")
+    if value is True:
+        return  # a switch: #SBATCH --exclusive
     text = str(value)
     if not text or any(c in text for c in "\n\r\x00") or not text.isprintable():
         raise SpecError(f"{where}: sbatch {key} value {value!r} must be one printable line")

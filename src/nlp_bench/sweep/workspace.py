@@ -24,6 +24,8 @@ RUN_JSON, POINT_JSON, STATE_JSON, RESULT_JSON = "run.json", "point.json", "state
 #: what the planner predicted for a point before it ran (written at submission where the system can be timed)
 PREDICTION_JSON = "prediction.json"
 JOBSCRIPT, JOB_OUT, JOB_ERR = "jobscript.sbatch", "job.out", "job.err"
+#: the compile job of systems that compile ahead of the run (Neuron): its script and output
+COMPILE_SCRIPT, COMPILE_OUT, COMPILE_ERR = "compile.sbatch", "compile.out", "compile.err"
 PROVENANCE_ENV = "provenance.env"  # written by the jobscript at start: the environment that shapes performance
 
 
@@ -100,12 +102,15 @@ def create_run(root: Path, benchmark: str, tag: str, system: str, points: list[P
     return run
 
 
-def write_point(run: Run, point: Point, jobscript: str) -> Path:
-    """The point's folder with point.json and its jobscript (executable, so it also runs by hand)."""
+def write_point(run: Run, point: Point, jobscript: str, compile_script: str | None = None) -> Path:
+    """The point's folder with point.json and its jobscript (executable, so it also runs by hand), and the
+    compile job's script where the system compiles ahead."""
     folder = run.path / point.id
     folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(folder / POINT_JSON, point.to_dict(), durable=False)
     write_text_atomic(folder / JOBSCRIPT, jobscript, mode=0o755, durable=False)
+    if compile_script is not None:
+        write_text_atomic(folder / COMPILE_SCRIPT, compile_script, mode=0o755, durable=False)
     return folder
 
 
