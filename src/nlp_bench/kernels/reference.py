@@ -58,7 +58,7 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         shifted = logits - logits_max.unsqueeze(-1)
         width = shifted.shape[-1]
         outside = (target < vocab_start) | (target >= vocab_start + width)
-        local = (target - vocab_start).masked_fill(outside, 0)
+        local = (target - vocab_start).masked_fill(outside, 0).long()  # int32 ids (xla) index as int64
         target_logit = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
         all_reduce(target_logit, group)
         exp = shifted.exp_()

@@ -1,6 +1,6 @@
 """Command-line flags under Megatron-LM's names, so a Megatron user's jobscript reads the same.
 
-What the trainer cannot honour (the XLA backend, weighted data blends, contradictory flags) is refused
+What the trainer cannot honour (pipeline parallelism on xla, weighted data blends, contradictory flags) is refused
 with one clear line rather than ignored: a benchmark number must never come from a run that silently
 dropped a setting.
 """
@@ -116,8 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parsed and checked flags with Megatron's derived defaults filled in."""
     args = build_parser().parse_args(argv)
-    if args.distributed_backend == "xla":
-        raise UsageError("--distributed-backend xla is not implemented in this trainer yet")
+    if args.distributed_backend == "xla" and args.pipeline_model_parallel_size > 1:
+        raise UsageError("pipeline parallelism is not available with --distributed-backend xla (as in the Neuron "
+                         "reference); use tensor and data parallelism")
     if args.mock_data == bool(args.data_path):
         raise UsageError("give either --mock-data or --data-path PREFIX")
     if args.data_path and len(args.data_path) != 1:

@@ -27,6 +27,7 @@ from nlp_bench.train.model import GPTConfig, GPTStage, ModelChunks
 from nlp_bench.train.optimizer import FlatAdam, LossScaler
 from nlp_bench.train.rng import ParallelRNG
 from nlp_bench.train.schedule import from_args
+from nlp_bench.train.xla import STAND_IN, XlaRuntime
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -82,13 +83,15 @@ def check_layout(args: Namespace, world: int) -> int:
     return gas
 
 
-def init_distributed(backend: str) -> torch.device:
+def init_distributed(backend: str, xla: XlaRuntime | None = None) -> torch.device:
     """Join the process group torchrun describes (or a group of one when run by hand)."""
     if backend == "nccl" and not torch.cuda.is_available():
         raise UsageError("--distributed-backend nccl needs CUDA GPUs; use --distributed-backend gloo on CPU")
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))
+    if xla is not None:
+        return xla.start()
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
@@ -203,10 +206,13 @@ def train(args: Namespace) -> int:
         kernels.describe()  # NLP_BENCH_KERNELS is read and checked here, before any process group
     except kernels.KernelChoiceError as exc:
         raise UsageError(str(exc)) from None
-    device = init_distributed(args.distributed_backend)
+    xla = XlaRuntime() if args.distributed_backend == "xla" else None  # torch_xla missing: one line, here
+    device = init_distributed(args.distributed_backend, xla)
     grid = build_grid(args.tensor_model_parallel_size, args.pipeline_model_parallel_size)
     gbs, mbs = args.global_batch_size, args.micro_batch_size
-    precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    # on xla, XLA_USE_BF16=1 (the Neuron examples' switch) means bf16 as --bf16 does
+    xla_bf16 = xla is not None and os.environ.get("XLA_USE_BF16") == "1" and not args.fp16
+    precision = "bf16" if args.bf16 or xla_bf16 else "fp16" if args.fp16 else "fp32"
     dtype = DTYPES[precision]
     torch.manual_seed(args.seed + 100 * grid.pp_rank)
     model, rng = build_model(args, grid, device, dtype)
@@ -252,12 +258,15 @@ def train(args: Namespace) -> int:
         lr = schedule.at(step)
         optimizer.zero_grad()
         first = (iteration - 1) * gbs + grid.dp_rank * gas * mbs
-        batches = [tuple(t.to(device) for t in data.batch(first + i * mbs, mbs)) for i in range(gas)]
+        batches = [data.batch(first + i * mbs, mbs) for i in range(gas)]
+        batches = xla.to_device(batches, device) if xla else [tuple(t.to(device) for t in b) for b in batches]
         stats = schedules.run(model, grid, batches, optimizer.loss_scale, activation_shape, dtype, device)
         in_flight = max(in_flight, stats.max_in_flight)
         if args.inject_inf_grad_at_iteration == iteration:
             optimizer.main_grad.fill_(float("inf"))
         skipped, step_norm = optimizer.step(lr)
+        if xla is not None:
+            xla.sync()  # the step's graph runs here
         if not skipped:
             step += gbs if in_samples else 1
             norm = step_norm
@@ -282,6 +291,8 @@ def train(args: Namespace) -> int:
             say(grid, f"stopping after iteration {iteration}: {stop}")
             break
     log.close()
+    if xla is not None:
+        say(grid, f"xla: {xla.syncs} step graph executions{' (CPU stand-in, ' + STAND_IN + '=1)' if xla.stand_in else ''}")
     say(grid, f"finished at iteration {iteration} of {iterations} after {time.perf_counter() - t_start:.1f} s; the "
               f"first pipeline stage held at most {in_flight} forward passes' activations at once; "
               f"{optimizer.overlapped} of {len(optimizer.buckets) * (iteration - start)} data-parallel gradient "

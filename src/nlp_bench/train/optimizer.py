@@ -137,8 +137,9 @@ class FlatAdam:
             self.adam = kernels.FusedAdam(param_groups, lr=0.0, betas=(self.beta1, self.beta2), eps=self.eps,
                                           use_triton=True)
         else:
+            # torch's fused kernel exists for CPU and CUDA; an xla device gets the plain loop
             self.adam = torch.optim.AdamW(param_groups, lr=0.0, betas=(self.beta1, self.beta2), eps=self.eps,
-                                          fused=True)
+                                          fused=self.master.device.type in ("cpu", "cuda") or None)
 
     def _on_grad(self, p: torch.Tensor) -> None:
         if not self.fp32:
