@@ -19,15 +19,11 @@ JSON_KEYS = ("nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "global_batch_size",
              "reason", "calibrated")
 
 
-def _efficiency(results_dir: Path, system: str) -> tuple[timing.Efficiency, bool]:
-    return calibrate.load(results_dir, system)
-
-
 def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
          top: int) -> tuple[list[Prediction], list[Prediction], bool, points.Planned]:
     """(best layouts, pruned layouts, calibrated?, the tag's own point) for the tag on the system."""
     base = points.from_point(load_benchmark(benchmark).point(tag, system))
-    eff, calibrated = _efficiency(results_dir, base.system.name)
+    eff, calibrated = calibrate.load(results_dir, base.system.name)
     nodes = space.pop("nodes") or (base.candidate.nodes,)
     try:
         good, pruned = rank.rank(base.model, base.system, Space(nodes=tuple(nodes), **space), base.candidate, eff,
@@ -40,7 +36,7 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
 def target(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
            seconds: float) -> tuple[Prediction | None, bool, points.Planned]:
     base = points.from_point(load_benchmark(benchmark).point(tag, system))
-    eff, calibrated = _efficiency(results_dir, base.system.name)
+    eff, calibrated = calibrate.load(results_dir, base.system.name)
     space.pop("nodes", None)
     try:
         best = rank.smallest_nodes(base.model, base.system, Space(nodes=(1,), **space), base.candidate, eff,
@@ -131,7 +127,7 @@ def predictions(results_dir: Path, pts: list) -> dict[str, dict]:
         planned = points.from_point(point)
         name = planned.system.name
         if name not in efficiencies:
-            efficiencies[name] = _efficiency(results_dir, name)
+            efficiencies[name] = calibrate.load(results_dir, name)
         eff, calibrated = efficiencies[name]
         try:
             p = rank.predict(planned.model, planned.system, planned.candidate, eff, planned.swiglu)
