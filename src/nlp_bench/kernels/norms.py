@@ -46,38 +46,11 @@ def _norm_forward(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, M, N, eps,
 
 
 @triton.jit
-def _norm_backward(X, W, DY, DX, MEAN, RSTD, stride_x, stride_dy, stride_dx, M, N,
-                   RMS: tl.constexpr, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    if HAS_W:
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-    for row in range(tl.program_id(0), M, tl.num_programs(0)):
-        r = tl.cast(row, tl.int64)
-        x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + r)
-        if RMS:
-            xhat = x * rstd
-        else:
-            xhat = tl.where(mask, (x - tl.load(MEAN + r)) * rstd, 0.0)
-        if HAS_W:
-            wdy = dy * w
-        else:
-            wdy = dy
-        c1 = tl.sum(xhat * wdy, axis=0) / N
-        if RMS:
-            dx = (wdy - xhat * c1) * rstd
-        else:
-            dx = (wdy - xhat * c1 - tl.sum(wdy, axis=0) / N) * rstd
-        tl.store(DX + r * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _norm_backward_fused(X, W, DY, DX, MEAN, RSTD, DW, DB, stride_x, stride_dy, stride_dx, M, N,
-                         RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
-    """dx and this program's partial weight/bias gradients (kept in registers) in one pass over x and dy:
-    for rows up to 8192 wide, where the accumulators fit beside the row."""
+def _norm_backward(X, W, DY, DX, MEAN, RSTD, DW, DB, stride_x, stride_dy, stride_dx, M, N,
+                   RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, PARTIALS: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """dx and, with PARTIALS, this program's partial weight/bias gradients (kept in registers) in the same
+    pass over x and dy: for rows up to 8192 wide, where the accumulators fit beside the row."""
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     if HAS_W:
@@ -103,13 +76,15 @@ def _norm_backward_fused(X, W, DY, DX, MEAN, RSTD, DW, DB, stride_x, stride_dy, 
         else:
             dx = (wdy - xhat * c1 - tl.sum(wdy, axis=0) / N) * rstd
         tl.store(DX + r * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=mask)
-        dw += dy * xhat
-        db += dy
-    partial = tl.cast(tl.program_id(0), tl.int64) * N + cols
-    if HAS_W:
-        tl.store(DW + partial, dw, mask=mask)
-    if HAS_B:
-        tl.store(DB + partial, db, mask=mask)
+        if PARTIALS:
+            dw += dy * xhat
+            db += dy
+    if PARTIALS:
+        partial = tl.cast(tl.program_id(0), tl.int64) * N + cols
+        if HAS_W:
+            tl.store(DW + partial, dw, mask=mask)
+        if HAS_B:
+            tl.store(DB + partial, db, mask=mask)
 
 
 @triton.jit
@@ -200,9 +175,9 @@ def _fused_backward(rms, x2, weight, bias, dy2, dx, mean, rstd):
     block = row_block(n)
     g = programs(m, x2.device, LAUNCH["backward_per_processor"])
     partial = torch.empty((2, g, n), dtype=torch.float32, device=x2.device)
-    _norm_backward_fused[(g,)](x2, weight, dy2, dx, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0),
-                               dx.stride(0), m, n, RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None,
-                               BLOCK=block, num_warps=LAUNCH["backward_warps"] or backward_warps(block))
+    _norm_backward[(g,)](x2, weight, dy2, dx, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0),
+                         dx.stride(0), m, n, RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, PARTIALS=True,
+                         BLOCK=block, num_warps=LAUNCH["backward_warps"] or backward_warps(block))
     return _param_grads(partial, weight, bias)
 
 
@@ -210,8 +185,8 @@ def _split_backward(rms, persistent, x2, weight, bias, dy2, dx, mean, rstd):
     m, n = x2.shape
     block = row_block(n)
     grid = (programs(m, x2.device, LAUNCH["backward_per_processor"]) if persistent else m,)
-    _norm_backward[grid](x2, weight, dy2, dx, mean, rstd, x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
-                         RMS=rms, HAS_W=weight is not None, BLOCK=block,
+    _norm_backward[grid](x2, weight, dy2, dx, mean, rstd, None, None, x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
+                         RMS=rms, HAS_W=weight is not None, HAS_B=False, PARTIALS=False, BLOCK=block,
                          num_warps=LAUNCH["backward_warps"] or backward_warps(block))
     if weight is None and bias is None:
         return None, None

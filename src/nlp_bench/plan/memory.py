@@ -12,7 +12,6 @@ over tp under sequence parallelism). Activations are 16-bit (fp32 doubles them).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from nlp_bench.plan.candidate import Candidate
@@ -102,9 +101,3 @@ def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bool = F
     allowance = WORKSPACE_GIB * GIB + FRAGMENTATION * (states + activations)
     return MemoryEstimate(states, activations, allowance)
 
-
-def in_flight_microbatches(c: Candidate) -> int:
-    """Micro-batches whose activations the first stage holds at once (Megatron's count)."""
-    if c.vp > 1:
-        return math.ceil((1 + (c.pp - 1) / (c.pp * c.vp)) * c.pp)
-    return min(c.pp, c.gas)
