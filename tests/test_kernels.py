@@ -9,6 +9,8 @@ of two (masked lanes), and every dtype the trainer uses.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -73,10 +75,21 @@ def norm_backward(request, monkeypatch):
     monkeypatch.setitem(norms.LAUNCH, "fused_backward_max", request.param)
 
 
+@pytest.fixture(params=[(1, 0), (2, 0), (4, 0), (1, 32)], ids=["rows", "2-row-tiles", "4-row-tiles", "chunks-of-32"])
+def norm_tile(request, monkeypatch):
+    """How rows are read, forward and backward: whole, in [rows x width] tiles (the shapes' row counts, 1, 3
+    and 6, leave the last tile partly masked), or in chunks of 32 columns read twice (widths 100 and 257
+    end in a partial chunk; the backward is chunked where it is split)."""
+    rows, chunk = request.param
+    for phase in ("forward", "backward"):
+        monkeypatch.setitem(norms.LAUNCH, f"{phase}_rows", rows)
+        monkeypatch.setitem(norms.LAUNCH, f"{phase}_chunk", chunk)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("persistent", [True, False])
-def test_layer_norm(shape, dtype, persistent, norm_backward):
+def test_layer_norm(shape, dtype, persistent, norm_backward, norm_tile):
     x, (w, b), dy = _inputs(shape, dtype, shape[-1], shape[-1])
     out = norms.layer_norm(x, w, b, 1e-5, persistent)
     xf, wf, bf = _fp32(x, w, b)
@@ -88,7 +101,7 @@ def test_layer_norm(shape, dtype, persistent, norm_backward):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_rms_norm(shape, dtype, norm_backward):
+def test_rms_norm(shape, dtype, norm_backward, norm_tile):
     x, (w,), dy = _inputs(shape, dtype, shape[-1])
     out = norms.rms_norm(x, w, 1e-6)
     xf, wf = _fp32(x, w)
@@ -98,7 +111,19 @@ def test_rms_norm(shape, dtype, norm_backward):
         _check(got, want, dtype)
 
 
-def test_norms_without_affine_parameters(norm_backward):
+@pytest.mark.parametrize("chunk", [0, 32])
+def test_layer_norm_statistics_stay_exact_far_from_zero(monkeypatch, chunk):
+    """A row whose mean is large against its spread: the chunked pass merges per-chunk mean and squared
+    deviations, so it loses no more than the whole-row pass (E[x^2] - E[x]^2 would lose every digit)."""
+    monkeypatch.setitem(norms.LAUNCH, "forward_chunk", chunk)
+    g = torch.Generator().manual_seed(3)
+    x = (3000 + torch.randn(4, 257, generator=g, dtype=torch.float64)).float().to(DEVICE)
+    out = norms.layer_norm(x, None, None, 1e-12)
+    ref = torch.nn.functional.layer_norm(x.double(), (257,), eps=1e-12)
+    torch.testing.assert_close(out.double(), ref, atol=2e-3, rtol=0)
+
+
+def test_norms_without_affine_parameters(norm_backward, norm_tile):
     x, _, dy = _inputs((4, 33), torch.float32)
     out = norms.layer_norm(x, None, None, 1e-5)
     xf = _fp32(x)[0]
@@ -209,3 +234,21 @@ def test_adam_step(model_dtype, decoupled):
             # the rounded weight written back: within one ulp (the interpreter truncates where a GPU rounds)
             ulp = torch.finfo(model_dtype).eps
             torch.testing.assert_close(out.float(), master, atol=1e-30, rtol=ulp)
+
+
+def test_chunked_norm_kernels_hold_a_chunk_not_the_row_in_registers():
+    """benchmark/perf/norm_registers.py compiles for an H100 without one: at width 12288 the whole-row forward
+    needs every register ptxas allows a thread (or spills); the chunked kernels read the row twice so that
+    they hold one chunk, which is what lets several rows be in flight per multiprocessor."""
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "norm_registers.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, script, "--widths", "12288", "--warps", "8", "--rows", "1",
+                          "--chunks", "2048"], capture_output=True, text=True, timeout=300, env=env, check=True).stdout
+    table = {}
+    for line in out.splitlines()[1:]:
+        *name, width, warps, rows, chunk, registers, spill, shared, programs, warps_per_sm = line.split()
+        table[" ".join(name), chunk] = int(registers), int(spill), int(programs)
+    whole, chunked, chunked_dx = table["forward", "-"], table["forward", "2048"], table["backward dx", "2048"]
+    assert whole[0] == 255 or whole[1] > 0
+    for registers, spill, programs in (chunked, chunked_dx):
+        assert spill == 0 and registers <= 64 and programs >= 4

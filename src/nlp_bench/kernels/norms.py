@@ -1,8 +1,8 @@
 """LayerNorm and RMSNorm in Triton: one kernel for both, statistics in fp32 whatever the input dtype.
 
-Each pass keeps a whole row in registers and the forward saves only the per-row mean and 1/std.
-With `persistent` (Megatron's persist-layer-norm, the default) a few programs per multiprocessor
-loop over the rows; without it, one program per row. Up to width 8192 the backward is one kernel whose
+Each pass keeps whole rows in registers (one, or a [rows x width] tile of a few) and the forward saves
+only the per-row mean and 1/std. With `persistent` (Megatron's persist-layer-norm, the default) a few
+programs per multiprocessor loop over the rows; without it, one program per tile. Up to width 8192 the backward is one kernel whose
 programs also sum their rows' weight and bias gradients in registers (one partial row each, summed by
 torch). Wider rows would spill those accumulators (8x slower at 12288, measured), so there dx and a
 second kernel over [rows x column-block] tiles for the parameter gradients run apart.
@@ -19,72 +19,158 @@ from nlp_bench.kernels.launch import programs, row_block
 
 @triton.jit
 def _norm_forward(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, M, N, eps,
-                  RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+                  RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, ROWS: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """ROWS rows at a time as one [ROWS, BLOCK] tile: more bytes in flight per program for the same
+    weight and bias registers."""
     cols = tl.arange(0, BLOCK)
-    mask = cols < N
+    col_mask = cols < N
     if HAS_W:
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     if HAS_B:
-        b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
-    for row in range(tl.program_id(0), M, tl.num_programs(0)):
-        r = tl.cast(row, tl.int64)
-        x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    for start in range(tl.program_id(0) * ROWS, M, tl.num_programs(0) * ROWS):
+        rows = tl.cast(start, tl.int64) + tl.arange(0, ROWS)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         if RMS:
             xc = x
         else:
-            mean = tl.sum(x, axis=0) / N
-            xc = tl.where(mask, x - mean, 0.0)
-            tl.store(MEAN + r, mean)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
-        tl.store(RSTD + r, rstd)
-        y = xc * rstd
+            mean = tl.sum(x, axis=1) / N
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+            tl.store(MEAN + rows, mean, mask=row_mask)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
+        tl.store(RSTD + rows, rstd, mask=row_mask)
+        y = xc * rstd[:, None]
         if HAS_W:
             y = y * w
         if HAS_B:
             y = y + b
-        tl.store(Y + r * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _norm_backward(X, W, DY, DX, MEAN, RSTD, DW, DB, stride_x, stride_dy, stride_dx, M, N,
                    RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, PARTIALS: tl.constexpr,
-                   BLOCK: tl.constexpr):
+                   ROWS: tl.constexpr, BLOCK: tl.constexpr):
     """dx and, with PARTIALS, this program's partial weight/bias gradients (kept in registers) in the same
-    pass over x and dy: for rows up to 8192 wide, where the accumulators fit beside the row."""
+    pass over x and dy: for rows up to 8192 wide, where the accumulators fit beside the rows."""
     cols = tl.arange(0, BLOCK)
-    mask = cols < N
+    col_mask = cols < N
     if HAS_W:
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     dw = tl.zeros([BLOCK], dtype=tl.float32)
     db = tl.zeros([BLOCK], dtype=tl.float32)
-    for row in range(tl.program_id(0), M, tl.num_programs(0)):
-        r = tl.cast(row, tl.int64)
-        x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + r)
+    for start in range(tl.program_id(0) * ROWS, M, tl.num_programs(0) * ROWS):
+        rows = tl.cast(start, tl.int64) + tl.arange(0, ROWS)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)[:, None]
         if RMS:
             xhat = x * rstd
         else:
-            xhat = tl.where(mask, (x - tl.load(MEAN + r)) * rstd, 0.0)
+            xhat = tl.where(mask, (x - tl.load(MEAN + rows, mask=row_mask, other=0.0)[:, None]) * rstd, 0.0)
         if HAS_W:
             wdy = dy * w
         else:
             wdy = dy
-        c1 = tl.sum(xhat * wdy, axis=0) / N
+        c1 = tl.sum(xhat * wdy, axis=1)[:, None] / N
         if RMS:
             dx = (wdy - xhat * c1) * rstd
         else:
-            dx = (wdy - xhat * c1 - tl.sum(wdy, axis=0) / N) * rstd
-        tl.store(DX + r * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=mask)
+            dx = (wdy - xhat * c1 - tl.sum(wdy, axis=1)[:, None] / N) * rstd
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if PARTIALS:
-            dw += dy * xhat
-            db += dy
+            dw += tl.sum(dy * xhat, axis=0)
+            db += tl.sum(dy, axis=0)
     if PARTIALS:
         partial = tl.cast(tl.program_id(0), tl.int64) * N + cols
         if HAS_W:
-            tl.store(DW + partial, dw, mask=mask)
+            tl.store(DW + partial, dw, mask=col_mask)
         if HAS_B:
-            tl.store(DB + partial, db, mask=mask)
+            tl.store(DB + partial, db, mask=col_mask)
+
+
+@triton.jit
+def _norm_forward_chunked(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, M, N, eps,
+                          RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHUNK: tl.constexpr):
+    """A row too wide to hold in registers without spilling, CHUNK columns at a time: the statistics in a
+    first pass (each chunk's mean and squared deviations merged as Chan et al. do, as stable as the whole-row
+    pass), the output in a second that reads the row again, from cache."""
+    for row in range(tl.program_id(0), M, tl.num_programs(0)):
+        r = tl.cast(row, tl.int64)
+        mean = 0.0
+        m2 = 0.0
+        for start in range(0, N, CHUNK):
+            cols = start + tl.arange(0, CHUNK)
+            mask = cols < N
+            x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+            if RMS:
+                m2 += tl.sum(x * x, axis=0)
+            else:
+                count = tl.minimum(N - start, CHUNK).to(tl.float32)
+                chunk_mean = tl.sum(x, axis=0) / count
+                d = tl.where(mask, x - chunk_mean, 0.0)
+                before = start * 1.0
+                delta = chunk_mean - mean
+                m2 += tl.sum(d * d, axis=0) + delta * delta * before * count / (before + count)
+                mean += delta * count / (before + count)
+        rstd = 1.0 / tl.sqrt(m2 / N + eps)
+        tl.store(RSTD + r, rstd)
+        if not RMS:
+            tl.store(MEAN + r, mean)
+        for start in range(0, N, CHUNK):
+            cols = start + tl.arange(0, CHUNK)
+            mask = cols < N
+            x = tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+            y = (x - mean) * rstd
+            if HAS_W:
+                y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(Y + r * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _chunk_terms(X, W, DY, r, stride_x, stride_dy, cols, mask, mean, rstd, HAS_W: tl.constexpr):
+    """xhat and weight * dy of one chunk of row r (zero where masked: dy is loaded as zero there)."""
+    xhat = (tl.load(X + r * stride_x + cols, mask=mask, other=0.0).to(tl.float32) - mean) * rstd
+    wdy = tl.load(DY + r * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_W:
+        wdy = wdy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    return xhat, wdy
+
+
+@triton.jit
+def _norm_backward_chunked(X, W, DY, DX, MEAN, RSTD, stride_x, stride_dy, stride_dx, M, N,
+                           RMS: tl.constexpr, HAS_W: tl.constexpr, CHUNK: tl.constexpr):
+    """dx of a wide row, CHUNK columns at a time: the two row sums in a first pass, dx in a second that reads
+    x and dy again, from cache (the weight and bias gradients are _norm_param_grads')."""
+    for row in range(tl.program_id(0), M, tl.num_programs(0)):
+        r = tl.cast(row, tl.int64)
+        rstd = tl.load(RSTD + r)
+        if RMS:
+            mean = 0.0
+        else:
+            mean = tl.load(MEAN + r)
+        c1 = 0.0
+        c2 = 0.0
+        for start in range(0, N, CHUNK):
+            cols = start + tl.arange(0, CHUNK)
+            xhat, wdy = _chunk_terms(X, W, DY, r, stride_x, stride_dy, cols, cols < N, mean, rstd, HAS_W)
+            c1 += tl.sum(xhat * wdy, axis=0)
+            if not RMS:
+                c2 += tl.sum(wdy, axis=0)
+        c1 = c1 / N
+        c2 = c2 / N
+        for start in range(0, N, CHUNK):
+            cols = start + tl.arange(0, CHUNK)
+            xhat, wdy = _chunk_terms(X, W, DY, r, stride_x, stride_dy, cols, cols < N, mean, rstd, HAS_W)
+            tl.store(DX + r * stride_dx + cols, ((wdy - xhat * c1 - c2) * rstd).to(DX.dtype.element_ty),
+                     mask=cols < N)
 
 
 @triton.jit
@@ -116,12 +202,15 @@ def _norm_param_grads(X, DY, MEAN, RSTD, DW, DB, stride_x, stride_dy, M, N, ROWS
         tl.store(DB + out, tl.sum(db, axis=0), mask=col_mask)
 
 
-#: launch settings (benchmark/perf/norm_launch.py times the alternatives on a GPU): warps per program
-#: (None: by block width) and, for the persistent launches, programs per multiprocessor
-#: fused_backward_max: the widest row whose backward is one kernel with the parameter-gradient sums in
-#: registers; wider rows take dx and a tiled parameter-gradient kernel apart (faster above 8192 on an H100)
+#: launch settings (benchmark/perf/norm_launch.py times the alternatives on a GPU, norm_registers.py shows
+#: their register use without one): warps per program (None: by block width), rows per tile and, for the
+#: persistent launches, programs per multiprocessor. fused_backward_max: the widest row whose backward is
+#: one kernel with the parameter-gradient sums in registers; wider rows take dx and a tiled
+#: parameter-gradient kernel apart (faster above 8192 on an H100). forward_chunk/backward_chunk: rows wider
+#: than this many columns (a power of two; 0: none) are read in chunks, twice, by the chunked kernels
+#: (the backward's only where it is split)
 LAUNCH = {"forward_warps": None, "backward_warps": None, "forward_per_processor": 4, "backward_per_processor": 4,
-          "fused_backward_max": 8192}
+          "forward_rows": 1, "backward_rows": 1, "forward_chunk": 0, "backward_chunk": 0, "fused_backward_max": 8192}
 #: the weight/bias gradient kernel: rows per program (one partial row each), tile rows, columns per program
 PARAM_ROWS, PARAM_TILE, PARAM_COLS = 256, 32, 128
 
@@ -132,6 +221,17 @@ def forward_warps(block: int) -> int:
 
 def backward_warps(block: int) -> int:
     return min(max(block // 1024, 4), 16)
+
+
+def _grid(m: int, rows: int, device: torch.device, per_processor: int, persistent: bool) -> int:
+    """Programs over m rows taken `rows` at a time: a few per multiprocessor, or one per tile."""
+    tiles = triton.cdiv(m, rows)
+    return programs(tiles, device, per_processor) if persistent else tiles
+
+
+def _chunk(width: int, chunk: int) -> int:
+    """The chunk width for a row of `width` (0: the whole row in one block)."""
+    return chunk if 0 < chunk < width else 0
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -148,11 +248,17 @@ class _Norm(torch.autograd.Function):
         y = torch.empty((m, n), dtype=x.dtype, device=x.device)
         mean = torch.empty(m if not rms else 0, dtype=torch.float32, device=x.device)
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-        block = row_block(n)
-        grid = (programs(m, x.device, LAUNCH["forward_per_processor"]) if persistent else m,)
-        _norm_forward[grid](x2, weight, bias, y, mean, rstd, x2.stride(0), y.stride(0), m, n, eps,
-                            RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
-                            num_warps=LAUNCH["forward_warps"] or forward_warps(block))
+        chunk = _chunk(n, LAUNCH["forward_chunk"])
+        block, rows = row_block(n), 1 if chunk else LAUNCH["forward_rows"]
+        grid = (_grid(m, rows, x.device, LAUNCH["forward_per_processor"], persistent),)
+        flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None)
+        args = (x2, weight, bias, y, mean, rstd, x2.stride(0), y.stride(0), m, n, eps)
+        if chunk:
+            _norm_forward_chunked[grid](*args, **flags, CHUNK=chunk,
+                                        num_warps=LAUNCH["forward_warps"] or forward_warps(chunk))
+        else:
+            _norm_forward[grid](*args, **flags, ROWS=rows, BLOCK=block,
+                                num_warps=LAUNCH["forward_warps"] or forward_warps(block))
         ctx.save_for_backward(x2, weight, bias, mean, rstd)
         ctx.rms, ctx.persistent = rms, persistent
         return y.view(shape)
@@ -172,22 +278,28 @@ class _Norm(torch.autograd.Function):
 
 def _fused_backward(rms, x2, weight, bias, dy2, dx, mean, rstd):
     m, n = x2.shape
-    block = row_block(n)
-    g = programs(m, x2.device, LAUNCH["backward_per_processor"])
+    block, rows = row_block(n), LAUNCH["backward_rows"]
+    g = _grid(m, rows, x2.device, LAUNCH["backward_per_processor"], True)
     partial = torch.empty((2, g, n), dtype=torch.float32, device=x2.device)
     _norm_backward[(g,)](x2, weight, dy2, dx, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0),
                          dx.stride(0), m, n, RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, PARTIALS=True,
-                         BLOCK=block, num_warps=LAUNCH["backward_warps"] or backward_warps(block))
+                         ROWS=rows, BLOCK=block, num_warps=LAUNCH["backward_warps"] or backward_warps(block))
     return _param_grads(partial, weight, bias)
 
 
 def _split_backward(rms, persistent, x2, weight, bias, dy2, dx, mean, rstd):
     m, n = x2.shape
-    block = row_block(n)
-    grid = (programs(m, x2.device, LAUNCH["backward_per_processor"]) if persistent else m,)
-    _norm_backward[grid](x2, weight, dy2, dx, mean, rstd, None, None, x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
-                         RMS=rms, HAS_W=weight is not None, HAS_B=False, PARTIALS=False, BLOCK=block,
-                         num_warps=LAUNCH["backward_warps"] or backward_warps(block))
+    chunk = _chunk(n, LAUNCH["backward_chunk"])
+    block, rows = row_block(n), 1 if chunk else LAUNCH["backward_rows"]
+    grid = (_grid(m, rows, x2.device, LAUNCH["backward_per_processor"], persistent),)
+    if chunk:
+        _norm_backward_chunked[grid](x2, weight, dy2, dx, mean, rstd, x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
+                                     RMS=rms, HAS_W=weight is not None, CHUNK=chunk,
+                                     num_warps=LAUNCH["backward_warps"] or backward_warps(chunk))
+    else:
+        _norm_backward[grid](x2, weight, dy2, dx, mean, rstd, None, None, x2.stride(0), dy2.stride(0), dx.stride(0), m,
+                             n, RMS=rms, HAS_W=weight is not None, HAS_B=False, PARTIALS=False, ROWS=rows, BLOCK=block,
+                             num_warps=LAUNCH["backward_warps"] or backward_warps(block))
     if weight is None and bias is None:
         return None, None
     groups = triton.cdiv(m, PARAM_ROWS)
