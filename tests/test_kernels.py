@@ -75,10 +75,10 @@ def norm_backward(request, monkeypatch):
     monkeypatch.setitem(norms.LAUNCH, "fused_backward_max", request.param)
 
 
-@pytest.fixture(params=[(1, 0), (2, 0), (4, 0), (1, 32)], ids=["rows", "2-row-tiles", "4-row-tiles", "chunks-of-32"])
+@pytest.fixture(params=[(1, 0), (2, 0), (4, 0), (1, 4)], ids=["rows", "2-row-tiles", "4-row-tiles", "chunks-of-4"])
 def norm_tile(request, monkeypatch):
     """How rows are read, forward and backward: whole, in [rows x width] tiles (the shapes' row counts, 1, 3
-    and 6, leave the last tile partly masked), or in chunks of 32 columns read twice (widths 100 and 257
+    and 6, leave the last tile partly masked), or in chunks of 4 columns read twice (widths 7, 100 and 257
     end in a partial chunk; the backward is chunked where it is split)."""
     rows, chunk = request.param
     for phase in ("forward", "backward"):
