@@ -59,10 +59,12 @@ def main() -> int:
                     (("backward", v, s) for v in ("fused", "split") for s in settings)):
                 if variant == "fused" and (n > 16384 or per == 0 or chunk):
                     continue  # accumulators too wide for registers; the fused backward is persistent, whole rows
+                setting = {f"{phase}_warps": warps, f"{phase}_rows": rows, f"{phase}_chunk": chunk,
+                           f"{phase}_per_processor": max(per, 1)}
+                if phase == "backward":
+                    setting["fused_backward_max"] = n if variant == "fused" else 0
                 norms.LAUNCH.update(default)
-                norms.LAUNCH.update({f"{phase}_warps": warps or None, f"{phase}_rows": rows, f"{phase}_chunk": chunk,
-                                     f"{phase}_per_processor": max(per, 1),
-                                     "fused_backward_max": n if variant == "fused" else 0})
+                norms.LAUNCH.update(setting, **{f"{phase}_warps": warps or None})
 
                 def run():
                     persistent = per > 0
@@ -85,11 +87,16 @@ def main() -> int:
                 eager = eager_f if phase == "forward" else eager_b
                 print(f"  {kind} {label}: {ms:.3f} ms ({eager / ms:.2f}x eager)", flush=True)
                 if ms < best.get(phase, (float("inf"),))[0]:
-                    best[phase] = (ms, " ".join(label.split()))
+                    best[phase] = (ms, " ".join(label.split()), setting, per > 0)
             if len(best) == 2:
                 total = best["forward"][0] + best["backward"][0]
+                flags = ",".join(f"{k}={v}" for k, v in {**best["forward"][2], **best["backward"][2]}.items())
+                persistent = best["forward"][3] and best["backward"][3]
                 print(f"  best {'rms' if rms else 'ln'}: {best['forward'][1]} + {best['backward'][1]}:"
-                      f" {total:.3f} ms, {(eager_f + eager_b) / total:.2f}x eager forward+backward", flush=True)
+                      f" {total:.3f} ms, {(eager_f + eager_b) / total:.2f}x eager forward+backward\n"
+                      f"    kernels.py --norm-launch {flags}"
+                      f"{'' if persistent else '  (one program per tile: as with --no-persist-layer-norm)'}",
+                      flush=True)
     norms.LAUNCH.update(default)
     return 0
 
