@@ -123,6 +123,20 @@ def test_layer_norm_statistics_stay_exact_far_from_zero(monkeypatch, chunk):
     torch.testing.assert_close(out.double(), ref, atol=2e-3, rtol=0)
 
 
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32), (torch.float32, None), (None, torch.float16)])
+def test_partial_rows_sum_to_the_parameter_gradients(dtypes):
+    """More partial rows than one tile holds (70 > 32) and a width that is not a multiple of the column block;
+    each gradient comes back in its parameter's dtype, None where there is no parameter."""
+    g = torch.Generator().manual_seed(5)
+    partial = torch.randn(2, 70, 33, generator=g).to(DEVICE)
+    params = [None if d is None else torch.empty(33, dtype=d, device=DEVICE) for d in dtypes]
+    for got, want, param in zip(norms._param_grads(partial, *params), partial.sum(1), params):
+        if param is None:
+            assert got is None
+        else:
+            _check(got, want.to(param.dtype), param.dtype)
+
+
 def test_norms_without_affine_parameters(norm_backward, norm_tile):
     x, _, dy = _inputs((4, 33), torch.float32)
     out = norms.layer_norm(x, None, None, 1e-5)

@@ -2,10 +2,12 @@
 
 Each pass keeps whole rows in registers (one, or a [rows x width] tile of a few) and the forward saves
 only the per-row mean and 1/std. With `persistent` (Megatron's persist-layer-norm, the default) a few
-programs per multiprocessor loop over the rows; without it, one program per tile. Up to width 8192 the backward is one kernel whose
-programs also sum their rows' weight and bias gradients in registers (one partial row each, summed by
-torch). Wider rows would spill those accumulators (8x slower at 12288, measured), so there dx and a
-second kernel over [rows x column-block] tiles for the parameter gradients run apart.
+programs per multiprocessor loop over the rows; without it, one program per tile. Up to width 8192 the
+backward is one kernel whose programs also sum their rows' weight and bias gradients in registers (one
+partial row each, summed by a small kernel). Wider rows would spill those accumulators (8x slower at
+12288, measured), so there dx and a second kernel over [rows x column-block] tiles for the parameter
+gradients run apart. Chunked kernels, which read a row twice and hold one chunk, are a launch option for
+wide rows (see LAUNCH).
 """
 
 from __future__ import annotations
@@ -202,6 +204,29 @@ def _norm_param_grads(X, DY, MEAN, RSTD, DW, DB, stride_x, stride_dy, M, N, ROWS
         tl.store(DB + out, tl.sum(db, axis=0), mask=col_mask)
 
 
+@triton.jit
+def _sum_partials(PW, PB, DW, DB, G, N, HAS_W: tl.constexpr, HAS_B: tl.constexpr, TILE_G: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
+    """The weight and bias gradients: the G partial rows summed in fp32 and written in the parameters' dtype,
+    one launch where a torch reduction and a cast would take two."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    dw = tl.zeros([TILE_G, BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([TILE_G, BLOCK_N], dtype=tl.float32)
+    for start in range(0, G, TILE_G):
+        rows = tl.cast(start, tl.int64) + tl.arange(0, TILE_G)
+        mask = (rows < G)[:, None] & col_mask[None, :]
+        offsets = rows[:, None] * N + cols[None, :]
+        if HAS_W:
+            dw += tl.load(PW + offsets, mask=mask, other=0.0)
+        if HAS_B:
+            db += tl.load(PB + offsets, mask=mask, other=0.0)
+    if HAS_W:
+        tl.store(DW + cols, tl.sum(dw, axis=0).to(DW.dtype.element_ty), mask=col_mask)
+    if HAS_B:
+        tl.store(DB + cols, tl.sum(db, axis=0).to(DB.dtype.element_ty), mask=col_mask)
+
+
 #: launch settings (benchmark/perf/norm_launch.py times the alternatives on a GPU, norm_registers.py shows
 #: their register use without one): warps per program (None: by block width), rows per tile and, for the
 #: persistent launches, programs per multiprocessor. fused_backward_max: the widest row whose backward is
@@ -213,6 +238,8 @@ LAUNCH = {"forward_warps": None, "backward_warps": None, "forward_per_processor"
           "forward_rows": 1, "backward_rows": 1, "forward_chunk": 0, "backward_chunk": 0, "fused_backward_max": 8192}
 #: the weight/bias gradient kernel: rows per program (one partial row each), tile rows, columns per program
 PARAM_ROWS, PARAM_TILE, PARAM_COLS = 256, 32, 128
+#: summing the partial rows: rows per tile, columns per program
+SUM_TILE, SUM_COLS = 32, 32
 
 
 def forward_warps(block: int) -> int:
@@ -311,12 +338,12 @@ def _split_backward(rms, persistent, x2, weight, bias, dy2, dx, mean, rstd):
 
 
 def _param_grads(partial, weight, bias):
-    """Sum the per-program partial rows: one reduction for both gradients, one cast where they share a dtype."""
-    sums = partial.sum(1)
-    if weight is not None and bias is not None and weight.dtype == bias.dtype:
-        dw, db = sums.to(weight.dtype)
-        return dw, db
-    return (None if weight is None else sums[0].to(weight.dtype)), (None if bias is None else sums[1].to(bias.dtype))
+    g, n = partial.shape[1:]
+    dw = None if weight is None else torch.empty_like(weight)
+    db = None if bias is None else torch.empty_like(bias)
+    _sum_partials[(triton.cdiv(n, SUM_COLS),)](partial[0], partial[1], dw, db, g, n, HAS_W=weight is not None,
+                                               HAS_B=bias is not None, TILE_G=SUM_TILE, BLOCK_N=SUM_COLS, num_warps=4)
+    return dw, db
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
