@@ -75,15 +75,18 @@ def norm_backward(request, monkeypatch):
     monkeypatch.setitem(norms.LAUNCH, "fused_backward_max", request.param)
 
 
-@pytest.fixture(params=[(1, 0), (2, 0), (4, 0), (1, 4)], ids=["rows", "2-row-tiles", "4-row-tiles", "chunks-of-4"])
+@pytest.fixture(params=[(1, 0, False), (2, 0, False), (4, 0, False), (1, 0, True), (2, 0, True), (1, 4, False)],
+                ids=["rows", "2-row-tiles", "4-row-tiles", "rows-prefetched", "2-row-tiles-prefetched", "chunks-of-4"])
 def norm_tile(request, monkeypatch):
     """How rows are read, forward and backward: whole, in [rows x width] tiles (the shapes' row counts, 1, 3
-    and 6, leave the last tile partly masked), or in chunks of 4 columns read twice (widths 7, 100 and 257
-    end in a partial chunk; the backward is chunked where it is split)."""
-    rows, chunk = request.param
+    and 6, leave the last tile partly masked), with the next tile loaded ahead (past the last row too), or in
+    chunks of 4 columns read twice (widths 7, 100 and 257 end in a partial chunk; the backward is chunked
+    where it is split)."""
+    rows, chunk, prefetch = request.param
     for phase in ("forward", "backward"):
         monkeypatch.setitem(norms.LAUNCH, f"{phase}_rows", rows)
         monkeypatch.setitem(norms.LAUNCH, f"{phase}_chunk", chunk)
+        monkeypatch.setitem(norms.LAUNCH, f"{phase}_prefetch", prefetch)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -256,11 +259,11 @@ def test_chunked_norm_kernels_hold_a_chunk_not_the_row_in_registers():
     they hold one chunk, which is what lets several rows be in flight per multiprocessor."""
     script = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "norm_registers.py")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, script, "--widths", "12288", "--warps", "8", "--rows", "1",
+    out = subprocess.run([sys.executable, script, "--widths", "12288", "--warps", "8", "--rows", "1", "--prefetch", "0",
                           "--chunks", "2048"], capture_output=True, text=True, timeout=300, env=env, check=True).stdout
     table = {}
     for line in out.splitlines()[1:]:
-        *name, width, warps, rows, chunk, registers, spill, shared, programs, warps_per_sm = line.split()
+        *name, width, warps, rows, ahead, chunk, registers, spill, shared, programs, warps_per_sm = line.split()
         table[" ".join(name), chunk] = int(registers), int(spill), int(programs)
     whole, chunked, chunked_dx = table["forward", "-"], table["forward", "2048"], table["backward dx", "2048"]
     assert whole[0] == 255 or whole[1] > 0

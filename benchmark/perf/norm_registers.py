@@ -4,7 +4,7 @@ and cuobjdump. A kernel that spills or leaves the multiprocessor with few warps 
 memory speed, so this narrows what benchmark/perf/norm_launch.py has to time on a GPU.
 
     python benchmark/perf/norm_registers.py [--widths 4096,12288] [--warps 4,8,16,32] [--rows 1,2,4]
-                                            [--chunks 2048,4096]
+                                            [--prefetch 0,1] [--chunks 2048,4096]
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--warps", default="4,8,16,32")
     ap.add_argument("--rows", default="1,2,4", help="rows per tile")
     ap.add_argument("--chunks", default="2048,4096", help="columns per chunk for the chunked kernels")
+    ap.add_argument("--prefetch", default="0,1", help="whole-row kernels without (0) and with (1) the next tile loaded ahead")
     args = ap.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     try:
@@ -70,25 +71,28 @@ def main() -> int:
     backward = {k: pointers[k] for k in ("X", "W", "DY", "DX", "MEAN", "RSTD", "DW", "DB")} | dict.fromkeys(
         ("stride_x", "stride_dy", "stride_dx", "M", "N"), "i32")
     chunked_dx = {k: v for k, v in backward.items() if k not in ("DW", "DB")}
-    print("kernel               width warps rows chunk  registers  spill bytes/thread  shared B  programs/SM  warps/SM")
+    print("kernel               width warps rows ahead chunk  registers  spill bytes/thread  shared B  programs/SM"
+          "  warps/SM")
     for n in _ints(args.widths):
         block = 1 << (n - 1).bit_length()
-        layouts = [(rows, 0) for rows in _ints(args.rows)] + [(1, c) for c in _ints(args.chunks) if 0 < c < n]
-        for (rows, chunk), warps in itertools.product(layouts, _ints(args.warps)):
+        layouts = [(rows, 0, ahead) for rows in _ints(args.rows) for ahead in _ints(args.prefetch)]
+        layouts += [(1, c, 0) for c in _ints(args.chunks) if 0 < c < n]
+        for (rows, chunk, ahead), warps in itertools.product(layouts, _ints(args.warps)):
             flags = {"RMS": False, "HAS_W": True}
             if chunk:
                 chunks = {"CHUNK": chunk}
                 cases = [("forward", norms._norm_forward_chunked, forward, {**flags, "HAS_B": True, **chunks}),
                          ("backward dx", norms._norm_backward_chunked, chunked_dx, {**flags, **chunks})]
             else:
-                tile = {**flags, "ROWS": rows, "BLOCK": block}
+                tile = {**flags, "ROWS": rows, "PREFETCH": bool(ahead), "BLOCK": block}
                 cases = [("forward", norms._norm_forward, forward, {**tile, "HAS_B": True}),
                          ("backward dx+partials", norms._norm_backward, backward, {**tile, "HAS_B": True, "PARTIALS": True}),
                          ("backward dx", norms._norm_backward, backward, {**tile, "HAS_B": False, "PARTIALS": False})]
             for name, fn, signature, constexprs in cases:
                 registers, stack, shared = _resources(fn, signature, constexprs, warps)
                 programs = resident(registers, warps, shared)
-                print(f"{name:20} {n:>5} {warps:>5} {rows:>4} {chunk or '-':>5}  {registers:>9}  {stack:>18}"
+                print(f"{name:20} {n:>5} {warps:>5} {rows:>4} {'yes' if ahead else 'no':>5} {chunk or '-':>5}"
+                      f"  {registers:>9}  {stack:>18}"
                       f"  {shared:>8}  {programs:>11}  {programs * warps:>8}", flush=True)
     return 0
 

@@ -20,22 +20,38 @@ from nlp_bench.kernels.launch import programs, row_block
 
 
 @triton.jit
+def _tile(PTR, start, stride, cols, M, N, ROWS: tl.constexpr):
+    """Rows start .. start + ROWS of an [M, N] matrix in its own dtype; rows and columns outside read as 0."""
+    rows = tl.cast(start, tl.int64) + tl.arange(0, ROWS)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    return tl.load(PTR + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
 def _norm_forward(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, M, N, eps,
                   RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, ROWS: tl.constexpr,
-                  BLOCK: tl.constexpr):
+                  PREFETCH: tl.constexpr, BLOCK: tl.constexpr):
     """ROWS rows at a time as one [ROWS, BLOCK] tile: more bytes in flight per program for the same
-    weight and bias registers."""
+    weight and bias registers. With PREFETCH a persistent program loads its next tile before it reduces
+    this one, so its loads overlap its arithmetic."""
     cols = tl.arange(0, BLOCK)
     col_mask = cols < N
     if HAS_W:
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     if HAS_B:
         b = tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-    for start in range(tl.program_id(0) * ROWS, M, tl.num_programs(0) * ROWS):
+    first, step = tl.program_id(0) * ROWS, tl.num_programs(0) * ROWS
+    if PREFETCH:
+        x_next = _tile(X, first, stride_x, cols, M, N, ROWS)
+    for start in range(first, M, step):
+        if PREFETCH:
+            x = x_next.to(tl.float32)
+            x_next = _tile(X, start + step, stride_x, cols, M, N, ROWS)
+        else:
+            x = _tile(X, start, stride_x, cols, M, N, ROWS).to(tl.float32)
         rows = tl.cast(start, tl.int64) + tl.arange(0, ROWS)
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         if RMS:
             xc = x
         else:
@@ -55,21 +71,31 @@ def _norm_forward(X, W, B, Y, MEAN, RSTD, stride_x, stride_y, M, N, eps,
 @triton.jit
 def _norm_backward(X, W, DY, DX, MEAN, RSTD, DW, DB, stride_x, stride_dy, stride_dx, M, N,
                    RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, PARTIALS: tl.constexpr,
-                   ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                   ROWS: tl.constexpr, PREFETCH: tl.constexpr, BLOCK: tl.constexpr):
     """dx and, with PARTIALS, this program's partial weight/bias gradients (kept in registers) in the same
-    pass over x and dy: for rows up to 8192 wide, where the accumulators fit beside the rows."""
+    pass over x and dy: for rows up to 8192 wide, where the accumulators fit beside the rows. PREFETCH as
+    in the forward."""
     cols = tl.arange(0, BLOCK)
     col_mask = cols < N
     if HAS_W:
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     dw = tl.zeros([BLOCK], dtype=tl.float32)
     db = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(tl.program_id(0) * ROWS, M, tl.num_programs(0) * ROWS):
+    first, step = tl.program_id(0) * ROWS, tl.num_programs(0) * ROWS
+    if PREFETCH:
+        x_next = _tile(X, first, stride_x, cols, M, N, ROWS)
+        dy_next = _tile(DY, first, stride_dy, cols, M, N, ROWS)
+    for start in range(first, M, step):
+        if PREFETCH:
+            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+            x_next = _tile(X, start + step, stride_x, cols, M, N, ROWS)
+            dy_next = _tile(DY, start + step, stride_dy, cols, M, N, ROWS)
+        else:
+            x = _tile(X, start, stride_x, cols, M, N, ROWS).to(tl.float32)
+            dy = _tile(DY, start, stride_dy, cols, M, N, ROWS).to(tl.float32)
         rows = tl.cast(start, tl.int64) + tl.arange(0, ROWS)
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)[:, None]
         if RMS:
             xhat = x * rstd
@@ -233,9 +259,11 @@ def _sum_partials(PW, PB, DW, DB, G, N, HAS_W: tl.constexpr, HAS_B: tl.constexpr
 #: one kernel with the parameter-gradient sums in registers; wider rows take dx and a tiled
 #: parameter-gradient kernel apart (faster above 8192 on an H100). forward_chunk/backward_chunk: rows wider
 #: than this many columns (a power of two; 0: none) are read in chunks, twice, by the chunked kernels
-#: (the backward's only where it is split)
+#: (the backward's only where it is split). forward_prefetch/backward_prefetch: persistent whole-row
+#: programs load their next tile before reducing the current one
 LAUNCH = {"forward_warps": None, "backward_warps": None, "forward_per_processor": 4, "backward_per_processor": 4,
-          "forward_rows": 1, "backward_rows": 1, "forward_chunk": 0, "backward_chunk": 0, "fused_backward_max": 8192}
+          "forward_rows": 1, "backward_rows": 1, "forward_chunk": 0, "backward_chunk": 0,
+          "forward_prefetch": False, "backward_prefetch": False, "fused_backward_max": 8192}
 #: the weight/bias gradient kernel: rows per program (one partial row each), tile rows, columns per program
 PARAM_ROWS, PARAM_TILE, PARAM_COLS = 256, 32, 128
 #: summing the partial rows: rows per tile, columns per program
@@ -284,8 +312,8 @@ class _Norm(torch.autograd.Function):
             _norm_forward_chunked[grid](*args, **flags, CHUNK=chunk,
                                         num_warps=LAUNCH["forward_warps"] or forward_warps(chunk))
         else:
-            _norm_forward[grid](*args, **flags, ROWS=rows, BLOCK=block,
-                                num_warps=LAUNCH["forward_warps"] or forward_warps(block))
+            _norm_forward[grid](*args, **flags, ROWS=rows, PREFETCH=persistent and LAUNCH["forward_prefetch"],
+                                BLOCK=block, num_warps=LAUNCH["forward_warps"] or forward_warps(block))
         ctx.save_for_backward(x2, weight, bias, mean, rstd)
         ctx.rms, ctx.persistent = rms, persistent
         return y.view(shape)
@@ -310,7 +338,8 @@ def _fused_backward(rms, x2, weight, bias, dy2, dx, mean, rstd):
     partial = torch.empty((2, g, n), dtype=torch.float32, device=x2.device)
     _norm_backward[(g,)](x2, weight, dy2, dx, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0),
                          dx.stride(0), m, n, RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, PARTIALS=True,
-                         ROWS=rows, BLOCK=block, num_warps=LAUNCH["backward_warps"] or backward_warps(block))
+                         ROWS=rows, PREFETCH=LAUNCH["backward_prefetch"], BLOCK=block,
+                         num_warps=LAUNCH["backward_warps"] or backward_warps(block))
     return _param_grads(partial, weight, bias)
 
 
@@ -325,7 +354,8 @@ def _split_backward(rms, persistent, x2, weight, bias, dy2, dx, mean, rstd):
                                      num_warps=LAUNCH["backward_warps"] or backward_warps(chunk))
     else:
         _norm_backward[grid](x2, weight, dy2, dx, mean, rstd, None, None, x2.stride(0), dy2.stride(0), dx.stride(0), m,
-                             n, RMS=rms, HAS_W=weight is not None, HAS_B=False, PARTIALS=False, ROWS=rows, BLOCK=block,
+                             n, RMS=rms, HAS_W=weight is not None, HAS_B=False, PARTIALS=False, ROWS=rows,
+                             PREFETCH=persistent and LAUNCH["backward_prefetch"], BLOCK=block,
                              num_warps=LAUNCH["backward_warps"] or backward_warps(block))
     if weight is None and bias is None:
         return None, None
