@@ -140,6 +140,32 @@ def test_partial_rows_sum_to_the_parameter_gradients(dtypes):
             _check(got, want.to(param.dtype), param.dtype)
 
 
+def test_launch_settings_can_differ_by_row_width(monkeypatch):
+    """LAUNCH_BY_WIDTH overrides LAUNCH for rows up to a width (the narrowest covering entry wins): here
+    rows up to 64 wide take 2-row tiles and rows up to 256 wide are chunked; wider ones keep LAUNCH."""
+    monkeypatch.setattr(norms, "LAUNCH_BY_WIDTH", {256: {"forward_chunk": 4}, 64: {"forward_rows": 2}})
+    assert norms.settings(7)["forward_rows"] == norms.settings(64)["forward_rows"] == 2
+    assert norms.settings(100)["forward_chunk"] == 4
+    assert norms.settings(100)["forward_rows"] == norms.LAUNCH["forward_rows"]
+    assert norms.settings(257) == norms.LAUNCH
+
+    class Counted:
+        def __init__(self, kernel):
+            self.kernel, self.launches = kernel, 0
+
+        def __getitem__(self, grid):
+            self.launches += 1
+            return self.kernel[grid]
+
+    chunked = Counted(norms._norm_forward_chunked)
+    monkeypatch.setattr(norms, "_norm_forward_chunked", chunked)
+    for width, launches in ((7, 0), (100, 1)):
+        x, (w, b), _ = _inputs((3, width), torch.bfloat16, width, width)
+        xf, wf, bf = _fp32(x, w, b)
+        _check(norms.layer_norm(x, w, b, 1e-5), reference.layer_norm(xf, wf, bf, 1e-5), torch.bfloat16)
+        assert chunked.launches == launches
+
+
 def test_norms_without_affine_parameters(norm_backward, norm_tile):
     x, _, dy = _inputs((4, 33), torch.float32)
     out = norms.layer_norm(x, None, None, 1e-5)

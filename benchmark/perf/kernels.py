@@ -4,7 +4,7 @@ graph (GPU time alone), and the peak memory the op adds on top of its inputs, on
 eager / triton (time) and triton / eager (memory), measured in one run.
 
     python benchmark/perf/kernels.py [--ops layer_norm,cross_entropy,...] [--no-compile]
-                                     [--norm-launch forward_chunk=2048,backward_warps=16,...]
+                                     [--norm-launch 12288:forward_chunk=2048,backward_warps=16,...]
 
 Shapes: LayerNorm and RMSNorm 8192 x {4096, 12288}; bias-GeLU 8192 x 16384; SwiGLU 8192 x 2*11008;
 cross-entropy 8192 tokens x vocab 50304 (eager: F.cross_entropy on fp32 logits, as Megatron computes the
@@ -119,8 +119,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", default="", help="comma-separated name prefixes (default: all)")
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--norm-launch", default="", metavar="KEY=VALUE,...",
-                    help="override nlp_bench.kernels.norms.LAUNCH (as norm_launch.py's fastest settings print them)")
+    ap.add_argument("--norm-launch", default="", metavar="[WIDTH:]KEY=VALUE,...",
+                    help="override nlp_bench.kernels.norms.LAUNCH, for rows up to WIDTH wide where one is given "
+                         "(norm_launch.py prints its fastest settings in this form)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmark/perf/kernels.py needs a CUDA GPU", file=sys.stderr)
@@ -129,13 +130,15 @@ def main() -> int:
     from nlp_bench.kernels import norms
 
     for item in filter(None, args.norm_launch.split(",")):
-        key, _, value = item.partition("=")
-        if key not in norms.LAUNCH or not value.isdigit():
-            print(f"--norm-launch: {item!r} is not KEY=INTEGER with KEY one of {', '.join(norms.LAUNCH)}",
+        width, _, setting = item.rpartition(":")
+        key, _, value = setting.partition("=")
+        if key not in norms.LAUNCH or not value.isdigit() or not (width == "" or width.isdigit()):
+            print(f"--norm-launch: {item!r} is not [WIDTH:]KEY=INTEGER with KEY one of {', '.join(norms.LAUNCH)}",
                   file=sys.stderr)
             return 2
-        norms.LAUNCH[key] = int(value) or (None if key.endswith("_warps") else 0)
-    print(f"norm launch settings: {norms.LAUNCH}")
+        target = norms.LAUNCH_BY_WIDTH.setdefault(int(width), {}) if width else norms.LAUNCH
+        target[key] = int(value) or (None if key.endswith("_warps") else 0)
+    print(f"norm launch settings: {norms.LAUNCH}, by width: {norms.LAUNCH_BY_WIDTH}")
 
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {kernels.describe()}")
     print(f"{'op (fwd+bwd, bf16)':28} {'eager ms':>9} {'compile ms':>10} {'triton ms':>9} {'eager/triton':>12}"

@@ -1,9 +1,10 @@
 """Time the Triton norm kernels over launch settings on one GPU, forward and backward apart, against torch
-eager, and print the fastest setting of each; the defaults in nlp_bench.kernels.norms.LAUNCH come from
-this. Settings: warps per program, whole rows (one or a tile of a few per program, optionally with the
-next tile loaded ahead) or chunks of the row read twice, programs per multiprocessor (0: one program per tile, no persistent loop) and, for the
-backward, the fused kernel (parameter-gradient sums in registers) or dx and the tiled parameter-gradient
-kernel apart. benchmark/perf/norm_registers.py shows, without a GPU, which of these spill.
+eager, and print the fastest setting of each; the defaults in nlp_bench.kernels.norms.LAUNCH (and
+LAUNCH_BY_WIDTH) come from this. Settings: warps per program; whole rows (one or a tile of a few per
+program, optionally with the next tile loaded ahead) or chunks of the row read twice; programs per
+multiprocessor (0: one program per tile, no persistent loop); for the backward, the fused kernel
+(parameter-gradient sums in registers) or dx and the tiled parameter-gradient kernel apart.
+benchmark/perf/norm_registers.py shows, without a GPU, which of these spill.
 
     python benchmark/perf/norm_launch.py [--widths 4096,12288] [--warps 0,8,16,32] [--tile-rows 1,2]
                                          [--prefetch 0,1] [--chunks 2048,4096] [--per-processor 0,1,2,4]
@@ -73,8 +74,9 @@ def main() -> int:
                 norms.LAUNCH.update(setting, **{f"{phase}_warps": warps or None})
 
                 def run():
-                    persistent = per > 0
-                    return norms.rms_norm(x, w, 1e-5, persistent) if rms else norms.layer_norm(x, w, b, 1e-5, persistent)
+                    if rms:
+                        return norms.rms_norm(x, w, 1e-5, per > 0)
+                    return norms.layer_norm(x, w, b, 1e-5, per > 0)
 
                 layout = f"chunks of {chunk}" if chunk else f"rows {rows}{' ahead' if ahead else ''}"
                 label = (f"{phase:8} {variant:5} warps {warps or 'default':>7}, {layout},"
@@ -96,7 +98,7 @@ def main() -> int:
                     best[phase] = (ms, " ".join(label.split()), setting, per > 0)
             if len(best) == 2:
                 total = best["forward"][0] + best["backward"][0]
-                flags = ",".join(f"{k}={v}" for k, v in {**best["forward"][2], **best["backward"][2]}.items())
+                flags = ",".join(f"{n}:{k}={v}" for k, v in {**best["forward"][2], **best["backward"][2]}.items())
                 persistent = best["forward"][3] and best["backward"][3]
                 print(f"  best {'rms' if rms else 'ln'}: {best['forward'][1]} + {best['backward'][1]}:"
                       f" {total:.3f} ms, {(eager_f + eager_b) / total:.2f}x eager forward+backward\n"

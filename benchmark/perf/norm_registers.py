@@ -47,6 +47,15 @@ def resident(registers: int, warps: int, shared: int) -> int:
     return min(by_registers, MAX_WARPS // warps, SHARED // max(shared, 1))
 
 
+#: the kernels' argument types: bf16 activations and parameters, fp32 statistics and partial sums
+TYPES = {**dict.fromkeys("X W B Y DY DX".split(), "*bf16"), **dict.fromkeys("MEAN RSTD DW DB".split(), "*fp32"),
+         **dict.fromkeys("stride_x stride_y stride_dy stride_dx M N".split(), "i32"), "eps": "fp32"}
+
+
+def _signature(names: str) -> dict[str, str]:
+    return {name: TYPES[name] for name in names.split()}
+
+
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
@@ -57,7 +66,8 @@ def main() -> int:
     ap.add_argument("--warps", default="4,8,16,32")
     ap.add_argument("--rows", default="1,2,4", help="rows per tile")
     ap.add_argument("--chunks", default="2048,4096", help="columns per chunk for the chunked kernels")
-    ap.add_argument("--prefetch", default="0,1", help="whole-row kernels without (0) and with (1) the next tile loaded ahead")
+    ap.add_argument("--prefetch", default="0,1",
+                    help="whole-row kernels without (0) and with (1) the next tile loaded ahead")
     args = ap.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     try:
@@ -65,11 +75,8 @@ def main() -> int:
     except ImportError as exc:
         print(f"benchmark/perf/norm_registers.py needs triton: {exc}", file=sys.stderr)
         return 2
-    pointers = dict.fromkeys(("X", "W", "Y", "DY", "DX"), "*bf16") | dict.fromkeys(("MEAN", "RSTD", "DW", "DB"), "*fp32")
-    forward = {k: pointers.get(k, "*bf16") for k in ("X", "W", "B", "Y", "MEAN", "RSTD")} | dict.fromkeys(
-        ("stride_x", "stride_y", "M", "N"), "i32") | {"eps": "fp32"}
-    backward = {k: pointers[k] for k in ("X", "W", "DY", "DX", "MEAN", "RSTD", "DW", "DB")} | dict.fromkeys(
-        ("stride_x", "stride_dy", "stride_dx", "M", "N"), "i32")
+    forward = _signature("X W B Y MEAN RSTD stride_x stride_y M N eps")
+    backward = _signature("X W DY DX MEAN RSTD DW DB stride_x stride_dy stride_dx M N")
     chunked_dx = {k: v for k, v in backward.items() if k not in ("DW", "DB")}
     print("kernel               width warps rows ahead chunk  registers  spill bytes/thread  shared B  programs/SM"
           "  warps/SM")
@@ -86,7 +93,8 @@ def main() -> int:
             else:
                 tile = {**flags, "ROWS": rows, "PREFETCH": bool(ahead), "BLOCK": block}
                 cases = [("forward", norms._norm_forward, forward, {**tile, "HAS_B": True}),
-                         ("backward dx+partials", norms._norm_backward, backward, {**tile, "HAS_B": True, "PARTIALS": True}),
+                         ("backward dx+partials", norms._norm_backward, backward,
+                          {**tile, "HAS_B": True, "PARTIALS": True}),
                          ("backward dx", norms._norm_backward, backward, {**tile, "HAS_B": False, "PARTIALS": False})]
             for name, fn, signature, constexprs in cases:
                 registers, stack, shared = _resources(fn, signature, constexprs, warps)

@@ -264,10 +264,19 @@ def _sum_partials(PW, PB, DW, DB, G, N, HAS_W: tl.constexpr, HAS_B: tl.constexpr
 LAUNCH = {"forward_warps": None, "backward_warps": None, "forward_per_processor": 4, "backward_per_processor": 4,
           "forward_rows": 1, "backward_rows": 1, "forward_chunk": 0, "backward_chunk": 0,
           "forward_prefetch": False, "backward_prefetch": False, "fused_backward_max": 8192}
+#: overrides of LAUNCH for rows up to a width, {width: {key: value}}: the smallest width at or above a row's
+#: applies (for settings that differ between narrow and wide rows)
+LAUNCH_BY_WIDTH: dict[int, dict] = {}
 #: the weight/bias gradient kernel: rows per program (one partial row each), tile rows, columns per program
 PARAM_ROWS, PARAM_TILE, PARAM_COLS = 256, 32, 128
 #: summing the partial rows: rows per tile, columns per program
 SUM_TILE, SUM_COLS = 32, 32
+
+
+def settings(width: int) -> dict:
+    """The launch settings for rows of this width: LAUNCH with the narrowest LAUNCH_BY_WIDTH entry that covers it."""
+    bounds = [bound for bound in LAUNCH_BY_WIDTH if width <= bound]
+    return {**LAUNCH, **LAUNCH_BY_WIDTH[min(bounds)]} if bounds else LAUNCH
 
 
 def forward_warps(block: int) -> int:
@@ -303,17 +312,18 @@ class _Norm(torch.autograd.Function):
         y = torch.empty((m, n), dtype=x.dtype, device=x.device)
         mean = torch.empty(m if not rms else 0, dtype=torch.float32, device=x.device)
         rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-        chunk = _chunk(n, LAUNCH["forward_chunk"])
-        block, rows = row_block(n), 1 if chunk else LAUNCH["forward_rows"]
-        grid = (_grid(m, rows, x.device, LAUNCH["forward_per_processor"], persistent),)
+        launch = settings(n)
+        chunk = _chunk(n, launch["forward_chunk"])
+        block, rows = row_block(n), 1 if chunk else launch["forward_rows"]
+        grid = (_grid(m, rows, x.device, launch["forward_per_processor"], persistent),)
         flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None)
         args = (x2, weight, bias, y, mean, rstd, x2.stride(0), y.stride(0), m, n, eps)
         if chunk:
             _norm_forward_chunked[grid](*args, **flags, CHUNK=chunk,
-                                        num_warps=LAUNCH["forward_warps"] or forward_warps(chunk))
+                                        num_warps=launch["forward_warps"] or forward_warps(chunk))
         else:
-            _norm_forward[grid](*args, **flags, ROWS=rows, PREFETCH=persistent and LAUNCH["forward_prefetch"],
-                                BLOCK=block, num_warps=LAUNCH["forward_warps"] or forward_warps(block))
+            _norm_forward[grid](*args, **flags, ROWS=rows, PREFETCH=persistent and launch["forward_prefetch"],
+                                BLOCK=block, num_warps=launch["forward_warps"] or forward_warps(block))
         ctx.save_for_backward(x2, weight, bias, mean, rstd)
         ctx.rms, ctx.persistent = rms, persistent
         return y.view(shape)
@@ -324,39 +334,40 @@ class _Norm(torch.autograd.Function):
         m, n = x2.shape
         dy2 = _rows(dy)
         dx = torch.empty_like(x2)
-        if n <= LAUNCH["fused_backward_max"] and (weight is not None or bias is not None):
-            dw, db = _fused_backward(ctx.rms, x2, weight, bias, dy2, dx, mean, rstd)
+        launch = settings(n)
+        if n <= launch["fused_backward_max"] and (weight is not None or bias is not None):
+            dw, db = _fused_backward(launch, ctx.rms, x2, weight, bias, dy2, dx, mean, rstd)
         else:
-            dw, db = _split_backward(ctx.rms, ctx.persistent, x2, weight, bias, dy2, dx, mean, rstd)
+            dw, db = _split_backward(launch, ctx.rms, ctx.persistent, x2, weight, bias, dy2, dx, mean, rstd)
         return dx.view(dy.shape), dw, db, None, None, None
 
 
-def _fused_backward(rms, x2, weight, bias, dy2, dx, mean, rstd):
+def _fused_backward(launch, rms, x2, weight, bias, dy2, dx, mean, rstd):
     m, n = x2.shape
-    block, rows = row_block(n), LAUNCH["backward_rows"]
-    g = _grid(m, rows, x2.device, LAUNCH["backward_per_processor"], True)
+    block, rows = row_block(n), launch["backward_rows"]
+    g = _grid(m, rows, x2.device, launch["backward_per_processor"], True)
     partial = torch.empty((2, g, n), dtype=torch.float32, device=x2.device)
     _norm_backward[(g,)](x2, weight, dy2, dx, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0),
                          dx.stride(0), m, n, RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, PARTIALS=True,
-                         ROWS=rows, PREFETCH=LAUNCH["backward_prefetch"], BLOCK=block,
-                         num_warps=LAUNCH["backward_warps"] or backward_warps(block))
+                         ROWS=rows, PREFETCH=launch["backward_prefetch"], BLOCK=block,
+                         num_warps=launch["backward_warps"] or backward_warps(block))
     return _param_grads(partial, weight, bias)
 
 
-def _split_backward(rms, persistent, x2, weight, bias, dy2, dx, mean, rstd):
+def _split_backward(launch, rms, persistent, x2, weight, bias, dy2, dx, mean, rstd):
     m, n = x2.shape
-    chunk = _chunk(n, LAUNCH["backward_chunk"])
-    block, rows = row_block(n), 1 if chunk else LAUNCH["backward_rows"]
-    grid = (_grid(m, rows, x2.device, LAUNCH["backward_per_processor"], persistent),)
+    chunk = _chunk(n, launch["backward_chunk"])
+    block, rows = row_block(n), 1 if chunk else launch["backward_rows"]
+    grid = (_grid(m, rows, x2.device, launch["backward_per_processor"], persistent),)
     if chunk:
         _norm_backward_chunked[grid](x2, weight, dy2, dx, mean, rstd, x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
                                      RMS=rms, HAS_W=weight is not None, CHUNK=chunk,
-                                     num_warps=LAUNCH["backward_warps"] or backward_warps(chunk))
+                                     num_warps=launch["backward_warps"] or backward_warps(chunk))
     else:
         _norm_backward[grid](x2, weight, dy2, dx, mean, rstd, None, None, x2.stride(0), dy2.stride(0), dx.stride(0), m,
                              n, RMS=rms, HAS_W=weight is not None, HAS_B=False, PARTIALS=False, ROWS=rows,
-                             PREFETCH=persistent and LAUNCH["backward_prefetch"], BLOCK=block,
-                             num_warps=LAUNCH["backward_warps"] or backward_warps(block))
+                             PREFETCH=persistent and launch["backward_prefetch"], BLOCK=block,
+                             num_warps=launch["backward_warps"] or backward_warps(block))
     if weight is None and bias is None:
         return None, None
     groups = triton.cdiv(m, PARAM_ROWS)
