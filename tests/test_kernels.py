@@ -23,7 +23,7 @@ if _interpret:
     os.environ["TRITON_INTERPRET"] = "1"
 try:
     triton = pytest.importorskip("triton")
-    from nlp_bench.kernels import activations, adam, loss, norms, reference
+    from nlp_bench.kernels import activations, adam, loss, norm_settings, norms, reference
 finally:
     if _interpret:
         del os.environ["TRITON_INTERPRET"]
@@ -72,7 +72,7 @@ def _grads(out, dy, *tensors):
 def norm_backward(request, monkeypatch):
     """Both backward variants: one kernel with the parameter-gradient sums in registers (rows up to
     8192), and dx and a tiled parameter-gradient kernel apart (wider rows; forced here by a bound of 0)."""
-    monkeypatch.setitem(norms.LAUNCH, "fused_backward_max", request.param)
+    monkeypatch.setitem(norm_settings.LAUNCH, "fused_backward_max", request.param)
 
 
 @pytest.fixture(params=[(1, 0, False), (2, 0, False), (4, 0, False), (1, 0, True), (2, 0, True), (1, 4, False)],
@@ -84,9 +84,9 @@ def norm_tile(request, monkeypatch):
     where it is split)."""
     rows, chunk, prefetch = request.param
     for phase in ("forward", "backward"):
-        monkeypatch.setitem(norms.LAUNCH, f"{phase}_rows", rows)
-        monkeypatch.setitem(norms.LAUNCH, f"{phase}_chunk", chunk)
-        monkeypatch.setitem(norms.LAUNCH, f"{phase}_prefetch", prefetch)
+        monkeypatch.setitem(norm_settings.LAUNCH, f"{phase}_rows", rows)
+        monkeypatch.setitem(norm_settings.LAUNCH, f"{phase}_chunk", chunk)
+        monkeypatch.setitem(norm_settings.LAUNCH, f"{phase}_prefetch", prefetch)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -118,7 +118,7 @@ def test_rms_norm(shape, dtype, norm_backward, norm_tile):
 def test_layer_norm_statistics_stay_exact_far_from_zero(monkeypatch, chunk):
     """A row whose mean is large against its spread: the chunked pass merges per-chunk mean and squared
     deviations, so it loses no more than the whole-row pass (E[x^2] - E[x]^2 would lose every digit)."""
-    monkeypatch.setitem(norms.LAUNCH, "forward_chunk", chunk)
+    monkeypatch.setitem(norm_settings.LAUNCH, "forward_chunk", chunk)
     g = torch.Generator().manual_seed(3)
     x = (3000 + torch.randn(4, 257, generator=g, dtype=torch.float64)).float().to(DEVICE)
     out = norms.layer_norm(x, None, None, 1e-12)
@@ -143,11 +143,11 @@ def test_partial_rows_sum_to_the_parameter_gradients(dtypes):
 def test_launch_settings_can_differ_by_row_width(monkeypatch):
     """LAUNCH_BY_WIDTH overrides LAUNCH for rows up to a width (the narrowest covering entry wins): here
     rows up to 64 wide take 2-row tiles and rows up to 256 wide are chunked; wider ones keep LAUNCH."""
-    monkeypatch.setattr(norms, "LAUNCH_BY_WIDTH", {256: {"forward_chunk": 4}, 64: {"forward_rows": 2}})
-    assert norms.settings(7)["forward_rows"] == norms.settings(64)["forward_rows"] == 2
-    assert norms.settings(100)["forward_chunk"] == 4
-    assert norms.settings(100)["forward_rows"] == norms.LAUNCH["forward_rows"]
-    assert norms.settings(257) == norms.LAUNCH
+    monkeypatch.setattr(norm_settings, "LAUNCH_BY_WIDTH", {256: {"forward_chunk": 4}, 64: {"forward_rows": 2}})
+    assert norm_settings.settings(7)["forward_rows"] == norm_settings.settings(64)["forward_rows"] == 2
+    assert norm_settings.settings(100)["forward_chunk"] == 4
+    assert norm_settings.settings(100)["forward_rows"] == norm_settings.LAUNCH["forward_rows"]
+    assert norm_settings.settings(257) == norm_settings.LAUNCH
 
     class Counted:
         def __init__(self, kernel):
@@ -295,3 +295,50 @@ def test_chunked_norm_kernels_hold_a_chunk_not_the_row_in_registers():
     assert whole[0] == 255 or whole[1] > 0
     for registers, spill, programs in (chunked, chunked_dx):
         assert spill == 0 and registers <= 64 and programs >= 4
+
+
+def _perf_script(name: str) -> str:
+    return os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", name)
+
+
+@pytest.mark.slow
+def test_norm_launch_checks_every_setting_and_prints_one_the_trainer_takes(tmp_path):
+    """benchmark/perf/norm_launch.py, run as a GPU session would but on CPU under the interpreter at a small
+    shape: every setting it times must first match the fp32 reference, and its best per norm must be an
+    NLP_BENCH_NORM_LAUNCH the trainer accepts, so that the GPU minutes are spent on timings only."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    chosen = tmp_path / "launch"
+    out = subprocess.run([sys.executable, _perf_script("norm_launch.py"), "--rows", "9", "--widths", "40,16",
+                          "--chunks", "16", "--warps", "0", "--per-processor", "0,1", "--norms", "layer_norm,rms_norm",
+                          "--out", str(chosen)], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "WRONG" not in out.stdout
+    settings = [line.split("=", 1)[1].split()[0] for line in out.stdout.splitlines()
+                if line.strip().startswith("NLP_BENCH_NORM_LAUNCH=")]
+    assert len(settings) == 4 and out.stdout.count("best layer_norm") == out.stdout.count("best rms_norm") == 2
+    for text, width in zip(settings, (40, 40, 16, 16)):
+        assert {width for width, _, _ in norm_settings.parse(text)} == {width}
+    assert chosen.read_text() == f"{settings[0]},{settings[2]}\n"  # LayerNorm's, both widths
+    tested = sum(1 for line in out.stdout.splitlines() if line.endswith("x eager)"))
+    # per norm at width 40: forward and split backward each 6 whole-row settings (1- and 2-row tiles, per tile
+    # or 1 per SM, loaded ahead only when persistent) and 2 chunked; the fused backward only the 4 persistent
+    # whole-row ones; at width 16 the same without the chunks (a chunk as wide as the row is none)
+    assert tested == 2 * (8 + 4 + 8) + 2 * (6 + 4 + 6)
+
+
+def test_norm_launch_refuses_a_setting_off_the_reference():
+    """What keeps a fast but wrong launch setting from being chosen: one wrong row of many, or a gradient
+    off by more than bf16 rounding, is reported; bf16 rounding itself is not."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("norm_launch", _perf_script("norm_launch.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    g = torch.Generator().manual_seed(9)
+    want = tuple(torch.randn(512, 64, generator=g) for _ in range(2)) + (torch.randn(64, generator=g),)
+    rounded = tuple(t.to(torch.bfloat16) for t in want)
+    assert module.wrong(rounded, want) == ""
+    one_row = rounded[0].clone()
+    one_row[300] = 0
+    assert module.wrong((one_row, *rounded[1:]), want).startswith("y off by")
+    assert module.wrong((*rounded[:2], rounded[2] * 1.05), want).startswith("dw off by")

@@ -12,7 +12,7 @@ import torch
 
 from nlp_bench import kernels
 from nlp_bench.analysis.parsers import parse_text
-from nlp_bench.kernels import select
+from nlp_bench.kernels import norm_settings, select
 
 MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
          "--micro-batch-size", "2", "--global-batch-size", "4", "--lr", "1e-3", "--train-iters", "3", "--mock-data",
@@ -21,7 +21,7 @@ MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4
 
 
 def trainer(*flags: str, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", select.ENV)}
+    clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", select.ENV, norm_settings.ENV)}
     return subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, *flags], capture_output=True, text=True,
                           timeout=600, env={**clean, **env})
 
@@ -64,6 +64,57 @@ def test_switches_turn_single_ops_off_and_say_so(fresh_choice):
     assert "bias_gelu=torch (--no-bias-gelu-fusion)" in kernels.describe()
     with pytest.raises(kernels.KernelChoiceError, match="unknown fused op"):
         kernels.configure(["softmax"])
+
+
+@pytest.fixture
+def launch_settings(monkeypatch):
+    """norm_settings' tables, restored after the test."""
+    monkeypatch.setattr(norm_settings, "LAUNCH", dict(norm_settings.LAUNCH))
+    monkeypatch.setattr(norm_settings, "LAUNCH_BY_WIDTH", {})
+    monkeypatch.delenv(norm_settings.ENV, raising=False)
+    yield monkeypatch
+    monkeypatch.delenv(norm_settings.ENV, raising=False)
+    select.configure()
+
+
+def test_norm_launch_overrides_take_what_norm_launch_py_prints(launch_settings):
+    """The form benchmark/perf/norm_launch.py prints (WIDTH:KEY=INTEGER) and plain KEY=INTEGER items: a
+    width goes to LAUNCH_BY_WIDTH, warps 0 is the default, prefetch is a flag."""
+    norm_settings.override("4096:forward_warps=32,4096:forward_prefetch=1,12288:forward_chunk=2048,"
+                           "12288:backward_warps=0, backward_per_processor=2")
+    assert norm_settings.LAUNCH["backward_per_processor"] == 2
+    assert norm_settings.settings(4096)["forward_warps"] == 32 and norm_settings.settings(4096)["forward_prefetch"] is True
+    assert norm_settings.settings(5120)["forward_chunk"] == 2048 and norm_settings.settings(5120)["backward_warps"] is None
+    assert norm_settings.settings(12289)["forward_chunk"] == 0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("forward_chunk=3", "forward_chunk must be a power of two"),
+    ("backward_rows=0", "backward_rows must be a power of two"),
+    ("4096:forward_prefetch=2", "forward_prefetch must be 0 or 1"),
+    ("forward_per_processor=0", "at least 1"),
+    ("forward_warps=12", "forward_warps must be a power of two"),
+    ("forward_warps=-8", "is not \\[WIDTH:\\]KEY=INTEGER"),
+    ("fast=1", "is not \\[WIDTH:\\]KEY=INTEGER with KEY one of forward_warps"),
+    ("0:forward_rows=2", "is not"),
+    ("x:forward_rows=2", "is not"),
+])
+def test_a_bad_norm_launch_override_says_which_item_and_changes_nothing(launch_settings, text, message):
+    before = dict(norm_settings.LAUNCH)
+    with pytest.raises(ValueError, match=message):
+        norm_settings.override(f"forward_rows=2,{text}")
+    assert norm_settings.LAUNCH == before and norm_settings.LAUNCH_BY_WIDTH == {}
+
+
+def test_the_environment_sets_the_norm_launch_and_the_log_says_so(launch_settings):
+    launch_settings.setenv(norm_settings.ENV, "12288:forward_chunk=2048")
+    kernels.configure()
+    assert norm_settings.settings(12288)["forward_chunk"] == 2048
+    if select.backend()[0] == "triton":
+        assert f"{norm_settings.ENV}=12288:forward_chunk=2048" in kernels.describe()
+    launch_settings.setenv(norm_settings.ENV, "forward_chunk=100")
+    with pytest.raises(kernels.KernelChoiceError, match=f"{norm_settings.ENV}: 'forward_chunk=100'"):
+        kernels.configure()
 
 
 @pytest.mark.parametrize("decoupled", [True, False])
@@ -112,6 +163,10 @@ def test_a_bad_kernel_choice_stops_the_trainer_with_one_line():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"nlp_bench.train: error: {select.ENV}='fast' is not an implementation; use triton or torch"]
+    proc = trainer(**{norm_settings.ENV: "forward_rows=3"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"nlp_bench.train: error: {norm_settings.ENV}: 'forward_rows=3': forward_rows must be a power of two"]
 
 
 def test_unfused_attention_and_rmsnorm_train_like_the_fused_path():
@@ -132,11 +187,13 @@ def test_trainer_on_the_triton_kernels_matches_torch(model):
     the torch path: the same losses and gradient norms, iteration by iteration."""
     pytest.importorskip("triton")
     runs = {}
+    launch = "forward_chunk=16,backward_rows=2"  # launch settings from the environment reach the kernels
     for impl in ("torch", "triton"):
-        env = {select.ENV: impl} if torch.cuda.is_available() else {select.ENV: impl, "TRITON_INTERPRET": "1"}
-        proc = trainer(*model, **env)
+        env = {select.ENV: impl, norm_settings.ENV: launch}
+        proc = trainer(*model, **env if torch.cuda.is_available() else {**env, "TRITON_INTERPRET": "1"})
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert f"cross_entropy={impl}" in proc.stdout
+        assert (f"{norm_settings.ENV}={launch}" in proc.stdout) == (impl == "triton")
         runs[impl] = [(r.loss, r.grad_norm) for r in parse_text(proc.stdout)]
     assert len(runs["torch"]) == 3
     for (loss_a, norm_a), (loss_b, norm_b) in zip(runs["torch"], runs["triton"]):

@@ -16,31 +16,14 @@ weights, against torch.optim.AdamW(fused=True) on fp32 masters plus the bf16 cop
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-
-def _bench(fn, reps: int = 50) -> float:
-    from triton.testing import do_bench
-
-    return do_bench(fn, warmup=10, rep=reps, return_mode="median")
-
-
-def _graphed(run):
-    """fn replaying run() from a CUDA graph: the GPU's time alone, without Python and launch overhead
-    (which, at these sizes, is most of what an autograd.Function with Triton launches costs on the host)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            run()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return graph.replay
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gputime import bench, graphed  # noqa: E402
 
 
 def _peak_mib(fn) -> float:
@@ -110,7 +93,7 @@ def adam_case():
         eager.step()
         torch._foreach_copy_(model, masters)  # the bf16 model copy Megatron writes after the step
 
-    t_ours, t_eager = _bench(ours.step), _bench(eager_step)
+    t_ours, t_eager = bench(ours.step), bench(eager_step)
     n = sum(p.numel() for p in model) / 1e6
     return f"FusedAdam {n:.0f}M params", t_eager, None, t_ours
 
@@ -120,25 +103,22 @@ def main() -> int:
     ap.add_argument("--ops", default="", help="comma-separated name prefixes (default: all)")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--norm-launch", default="", metavar="[WIDTH:]KEY=VALUE,...",
-                    help="override nlp_bench.kernels.norms.LAUNCH, for rows up to WIDTH wide where one is given "
-                         "(norm_launch.py prints its fastest settings in this form)")
+                    help="override nlp_bench.kernels.norm_settings.LAUNCH, for rows up to WIDTH wide where one is "
+                         "given (norm_launch.py prints its fastest settings in this form; NLP_BENCH_NORM_LAUNCH "
+                         "does the same in the trainer)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmark/perf/kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
     from nlp_bench import kernels
-    from nlp_bench.kernels import norms
+    from nlp_bench.kernels import norm_settings
 
-    for item in filter(None, args.norm_launch.split(",")):
-        width, _, setting = item.rpartition(":")
-        key, _, value = setting.partition("=")
-        if key not in norms.LAUNCH or not value.isdigit() or not (width == "" or width.isdigit()):
-            print(f"--norm-launch: {item!r} is not [WIDTH:]KEY=INTEGER with KEY one of {', '.join(norms.LAUNCH)}",
-                  file=sys.stderr)
-            return 2
-        target = norms.LAUNCH_BY_WIDTH.setdefault(int(width), {}) if width else norms.LAUNCH
-        target[key] = int(value) or (None if key.endswith("_warps") else 0)
-    print(f"norm launch settings: {norms.LAUNCH}, by width: {norms.LAUNCH_BY_WIDTH}")
+    try:
+        norm_settings.override(args.norm_launch)
+    except ValueError as exc:
+        print(f"--norm-launch: {exc}", file=sys.stderr)
+        return 2
+    print(f"norm launch settings: {norm_settings.LAUNCH}, by width: {norm_settings.LAUNCH_BY_WIDTH}")
 
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {kernels.describe()}")
     print(f"{'op (fwd+bwd, bf16)':28} {'eager ms':>9} {'compile ms':>10} {'triton ms':>9} {'eager/triton':>12}"
@@ -149,13 +129,13 @@ def main() -> int:
         if wanted and not any(name.startswith(w) for w in wanted):
             continue
         run_ours, run_eager = _fwd_bwd(ours, make), _fwd_bwd(eager, make)
-        t_ours, t_eager = _bench(run_ours), _bench(run_eager)
+        t_ours, t_eager = bench(run_ours), bench(run_eager)
         t_comp = float("nan")
         if not args.no_compile:
             compiled = torch.compile(eager)
             run_comp = _fwd_bwd(compiled, make)
-            t_comp = _bench(run_comp)
-        g_ours, g_eager = _bench(_graphed(run_ours)), _bench(_graphed(run_eager))
+            t_comp = bench(run_comp)
+        g_ours, g_eager = graphed(run_ours), graphed(run_eager)
         m_ours, m_eager = _peak_mib(run_ours), _peak_mib(run_eager)
         print(f"{name:28} {t_eager:9.3f} {t_comp:10.3f} {t_ours:9.3f} {t_eager / t_ours:12.2f}"
               f" {g_eager:14.3f} {g_ours:7.3f} {g_eager / g_ours:6.2f}"

@@ -1,21 +1,32 @@
-"""Time the Triton norm kernels over launch settings on one GPU, forward and backward apart, against torch
-eager, and print the fastest setting of each; the defaults in nlp_bench.kernels.norms.LAUNCH (and
-LAUNCH_BY_WIDTH) come from this. Settings: warps per program; whole rows (one or a tile of a few per
-program, optionally with the next tile loaded ahead) or chunks of the row read twice; programs per
-multiprocessor (0: one program per tile, no persistent loop); for the backward, the fused kernel
-(parameter-gradient sums in registers) or dx and the tiled parameter-gradient kernel apart.
-benchmark/perf/norm_registers.py shows, without a GPU, which of these spill.
+"""Time the Triton norm kernels over launch settings on one GPU against torch eager, forward and backward,
+and print the fastest setting of each width in the form NLP_BENCH_NORM_LAUNCH and kernels.py
+--norm-launch take; the defaults in nlp_bench.kernels.norm_settings come from this.
+
+Settings: warps per program; whole rows (one or a tile of a few per program, optionally with the next tile
+loaded ahead) or chunks of the row read twice; programs per multiprocessor (0: one program per tile, no
+persistent loop); for the backward, the fused kernel (parameter-gradient sums in registers) or dx and the
+tiled parameter-gradient kernel apart. Every setting's output and gradients are first checked against an
+fp32 reference; a wrong one is reported and never chosen.
+
+Times are GPU times, replayed from CUDA graphs: the forward alone, and forward + backward with the default
+forward (the backward's figure is that minus the default forward's). benchmark/perf/norm_registers.py
+shows, without a GPU, which settings spill.
 
     python benchmark/perf/norm_launch.py [--widths 4096,12288] [--warps 0,8,16,32] [--tile-rows 1,2]
                                          [--prefetch 0,1] [--chunks 2048,4096] [--per-processor 0,1,2,4]
-                                         [--norms layer_norm,rms_norm]
+                                         [--norms layer_norm,rms_norm] [--rows 8192] [--out FILE]
+
+Without a GPU, under TRITON_INTERPRET=1 and at a small shape (say --rows 5 --widths 40 --chunks 16), it
+checks every setting on CPU and runs the whole script; its times are then the interpreter's, not a GPU's.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +34,36 @@ import torch.nn.functional as F
 
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
+
+
+def candidates(n: int, args: argparse.Namespace) -> Iterator[tuple[str, dict, bool, str]]:
+    """(phase, LAUNCH keys to set, persistent, label) for every setting worth timing at width n."""
+    layouts = [(rows, 0, ahead) for rows in _ints(args.tile_rows) for ahead in _ints(args.prefetch)]
+    layouts += [(1, c, 0) for c in _ints(args.chunks) if 0 < c < n]
+    grid = list(itertools.product(_ints(args.warps), layouts, _ints(args.per_processor)))
+    for phase, variant in (("forward", ""), ("backward", "fused"), ("backward", "split")):
+        for warps, (rows, chunk, ahead), per in grid:
+            if variant == "fused" and (n > 16384 or per == 0 or chunk):
+                continue  # accumulators too wide for registers; the fused backward is persistent, whole rows
+            if ahead and per == 0:
+                continue  # one program per tile has no next tile to load
+            keys = {f"{phase}_warps": warps, f"{phase}_rows": rows, f"{phase}_chunk": chunk,
+                    f"{phase}_prefetch": ahead, f"{phase}_per_processor": max(per, 1)}
+            if phase == "backward":
+                keys["fused_backward_max"] = n if variant == "fused" else 0
+            layout = f"chunks of {chunk}" if chunk else f"rows {rows}{' ahead' if ahead else ''}"
+            label = f"{phase} {variant} warps {warps or 'default'}, {layout}, {f'per-SM {per}' if per else 'per tile'}"
+            yield phase, keys, per > 0, " ".join(label.split())
+
+
+def wrong(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) -> str:
+    """Empty if every tensor matches its fp32 reference to within bf16 rounding (1% of the largest
+    value), else which one does not and by how much."""
+    for name, a, b in zip(("y", "dx", "dw", "db"), got, want):
+        err, scale = (a.float() - b).abs().max().item(), b.abs().max().item()
+        if not err <= 1e-2 * scale:
+            return f"{name} off by {err:.3g} (largest value {scale:.3g})"
+    return ""
 
 
 def main() -> int:
@@ -35,77 +76,99 @@ def main() -> int:
     ap.add_argument("--prefetch", default="0,1", help="whole rows without (0) and with (1) the next tile loaded ahead")
     ap.add_argument("--per-processor", default="0,1,2,4", help="0: one program per tile")
     ap.add_argument("--norms", default="layer_norm", help="layer_norm, rms_norm or both, comma-separated")
+    ap.add_argument("--out", help="write the best settings of every width here, as one NLP_BENCH_NORM_LAUNCH value")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("benchmark/perf/norm_launch.py needs a CUDA GPU (norm_registers.py runs without one)", file=sys.stderr)
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        print("benchmark/perf/norm_launch.py needs a CUDA GPU, or TRITON_INTERPRET=1 to check its settings on CPU"
+              " (norm_registers.py shows register use without either)", file=sys.stderr)
         return 2
-    from triton.testing import do_bench
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gputime
 
-    from nlp_bench.kernels import norms
+    from nlp_bench.kernels import norm_settings, norms
 
-    default = dict(norms.LAUNCH)
+    time_of: Callable[[Callable[[], object]], float] = gputime.graphed if on_gpu else gputime.host
+    device = "cuda" if on_gpu else "cpu"
+    if on_gpu:
+        print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; GPU times from CUDA graphs")
+    else:
+        print("TRITON_INTERPRET=1 on CPU: every setting is checked; times are the interpreter's, not a GPU's")
+    chosen: dict[str, list[str]] = {}  # norm -> its best setting per width
+    default = dict(norm_settings.LAUNCH), {w: dict(keys) for w, keys in norm_settings.LAUNCH_BY_WIDTH.items()}
+
+    def reset() -> None:
+        """The defaults, before each setting is applied over them."""
+        norm_settings.LAUNCH.update(default[0])
+        norm_settings.LAUNCH_BY_WIDTH.clear()
+        norm_settings.LAUNCH_BY_WIDTH.update({w: dict(keys) for w, keys in default[1].items()})
+
     for n in _ints(args.widths):
-        layouts = [(rows, 0, ahead) for rows in _ints(args.tile_rows) for ahead in _ints(args.prefetch)]
-        layouts += [(1, c, 0) for c in _ints(args.chunks) if 0 < c < n]
-        settings = list(itertools.product(_ints(args.warps), layouts, _ints(args.per_processor)))
-        x = torch.randn(args.rows, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        w = torch.ones(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        b = torch.zeros(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        x = torch.randn(args.rows, n, device=device, dtype=torch.bfloat16, requires_grad=True)
+        w = (1 + 0.1 * torch.randn(n, device=device, dtype=torch.bfloat16)).requires_grad_()
+        b = (0.1 * torch.randn(n, device=device, dtype=torch.bfloat16)).requires_grad_()
         dy = torch.randn_like(x)
-        y = F.layer_norm(x, (n,), w, b)
-        eager_f = do_bench(lambda: F.layer_norm(x, (n,), w, b), return_mode="median")
-        eager_b = do_bench(lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True), return_mode="median")
-        print(f"{args.rows}x{n} eager layer_norm: forward {eager_f:.3f} ms, backward {eager_b:.3f} ms")
-        for rms in (name == "rms_norm" for name in args.norms.split(",")):
+        for rms in (name.strip() == "rms_norm" for name in args.norms.split(",")):
+            kind = "rms_norm" if rms else "layer_norm"
             inputs = (x, w) if rms else (x, w, b)
-            best = {}
-            for phase, variant, (warps, (rows, chunk, ahead), per) in itertools.chain(
-                    (("forward", "", s) for s in settings),
-                    (("backward", v, s) for v in ("fused", "split") for s in settings)):
-                if variant == "fused" and (n > 16384 or per == 0 or chunk):
-                    continue  # accumulators too wide for registers; the fused backward is persistent, whole rows
-                if ahead and per == 0:
-                    continue  # one program per tile has no next tile to load
-                setting = {f"{phase}_warps": warps, f"{phase}_rows": rows, f"{phase}_chunk": chunk,
-                           f"{phase}_prefetch": ahead, f"{phase}_per_processor": max(per, 1)}
-                if phase == "backward":
-                    setting["fused_backward_max"] = n if variant == "fused" else 0
-                norms.LAUNCH.update(default)
-                norms.LAUNCH.update(setting, **{f"{phase}_warps": warps or None})
+            xf, wf, bf = (t.detach().float().requires_grad_() for t in (x, w, b))
+            ref = F.rms_norm(xf, (n,), wf, 1e-5) if rms else F.layer_norm(xf, (n,), wf, bf, 1e-5)
+            want = (ref.detach(), *torch.autograd.grad(ref, (xf, wf) if rms else (xf, wf, bf), dy.float()))
 
-                def run():
-                    if rms:
-                        return norms.rms_norm(x, w, 1e-5, per > 0)
-                    return norms.layer_norm(x, w, b, 1e-5, per > 0)
+            def eager():
+                return F.rms_norm(x, (n,), w, 1e-5) if rms else F.layer_norm(x, (n,), w, b, 1e-5)
 
-                layout = f"chunks of {chunk}" if chunk else f"rows {rows}{' ahead' if ahead else ''}"
-                label = (f"{phase:8} {variant:5} warps {warps or 'default':>7}, {layout},"
-                         f" {f'per-SM {per}' if per else 'per tile'}")
-                kind = "rms" if rms else "ln "
+            def ours(persistent: bool = True):
+                return norms.rms_norm(x, w, 1e-5, persistent) if rms else norms.layer_norm(x, w, b, 1e-5, persistent)
+
+            def both(op):
+                return lambda: torch.autograd.grad(op(), inputs, dy)
+
+            eager_f, eager_fb = time_of(eager), time_of(both(eager))
+            reset()
+            ours_f = {persistent: time_of(lambda p=persistent: ours(p)) for persistent in (True, False)}
+            print(f"{args.rows}x{n} {kind}: eager forward {eager_f:.3f} ms, backward {eager_fb - eager_f:.3f} ms;"
+                  f" the default forward {ours_f[True]:.3f} ms (one program per tile {ours_f[False]:.3f} ms)",
+                  flush=True)
+            best: dict[str, tuple[float, str, str, bool]] = {}
+            for phase, keys, persistent, label in candidates(n, args):
+                reset()
+                flags = ",".join(f"{n}:{key}={int(value)}" for key, value in keys.items())
+                norm_settings.override(flags)  # as NLP_BENCH_NORM_LAUNCH would set it
+
+                def forward(p=persistent):
+                    return ours(p)
                 try:
-                    if phase == "forward":
-                        ms = do_bench(run, return_mode="median")
-                    else:
-                        out = run()
-                        ms = do_bench(lambda: torch.autograd.grad(out, inputs, dy, retain_graph=True),
-                                      return_mode="median")
+                    out = forward()
+                    problem = wrong((out, *torch.autograd.grad(out, inputs, dy)), want)
+                    ms = None if problem else time_of(forward if phase == "forward" else both(forward))
                 except Exception as exc:  # a launch the hardware refuses (too many registers, say)
-                    print(f"  {kind} {label}: {type(exc).__name__}")
+                    problem = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+                if problem:
+                    print(f"  {label}: WRONG OR FAILED, {problem}", flush=True)
                     continue
-                eager = eager_f if phase == "forward" else eager_b
-                print(f"  {kind} {label}: {ms:.3f} ms ({eager / ms:.2f}x eager)", flush=True)
+                if phase == "backward":
+                    ms -= ours_f[persistent]
+                eager_ms = eager_f if phase == "forward" else eager_fb - eager_f
+                print(f"  {label}: {ms:.3f} ms ({eager_ms / ms:.2f}x eager)", flush=True)
                 if ms < best.get(phase, (float("inf"),))[0]:
-                    best[phase] = (ms, " ".join(label.split()), setting, per > 0)
+                    best[phase] = (ms, label, flags, persistent)
             if len(best) == 2:
                 total = best["forward"][0] + best["backward"][0]
-                flags = ",".join(f"{n}:{k}={v}" for k, v in {**best["forward"][2], **best["backward"][2]}.items())
-                persistent = best["forward"][3] and best["backward"][3]
-                print(f"  best {'rms' if rms else 'ln'}: {best['forward'][1]} + {best['backward'][1]}:"
-                      f" {total:.3f} ms, {(eager_f + eager_b) / total:.2f}x eager forward+backward\n"
-                      f"    kernels.py --norm-launch {flags}"
-                      f"{'' if persistent else '  (one program per tile: as with --no-persist-layer-norm)'}",
-                      flush=True)
-    norms.LAUNCH.update(default)
+                flags = f"{best['forward'][2]},{best['backward'][2]}"
+                note = "" if best["forward"][3] and best["backward"][3] else \
+                    "  (one program per tile: as with --no-persist-layer-norm)"
+                print(f"  best {kind}: {best['forward'][1]} + {best['backward'][1]}: {total:.3f} ms,"
+                      f" {eager_fb / total:.2f}x eager forward+backward\n"
+                      f"    NLP_BENCH_NORM_LAUNCH={flags}{note}", flush=True)
+                chosen.setdefault(kind, []).append(flags)
+    reset()
+    if chosen:  # LayerNorm's choice where both were timed: the norms share the kernels and their settings
+        every_width = ",".join(chosen.get("layer_norm") or chosen["rms_norm"])
+        print(f"every width: NLP_BENCH_NORM_LAUNCH={every_width}")
+        if args.out:
+            with open(args.out, "w") as out:
+                out.write(every_width + "\n")
     return 0
 
 

@@ -7,7 +7,7 @@ backward is one kernel whose programs also sum their rows' weight and bias gradi
 partial row each, summed by a small kernel). Wider rows would spill those accumulators (8x slower at
 12288, measured), so there dx and a second kernel over [rows x column-block] tiles for the parameter
 gradients run apart. Chunked kernels, which read a row twice and hold one chunk, are a launch option for
-wide rows (see LAUNCH).
+wide rows (see norm_settings.LAUNCH).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from nlp_bench.kernels.launch import programs, row_block
+from nlp_bench.kernels.norm_settings import settings
 
 
 @triton.jit
@@ -253,30 +254,10 @@ def _sum_partials(PW, PB, DW, DB, G, N, HAS_W: tl.constexpr, HAS_B: tl.constexpr
         tl.store(DB + cols, tl.sum(db, axis=0).to(DB.dtype.element_ty), mask=col_mask)
 
 
-#: launch settings (benchmark/perf/norm_launch.py times the alternatives on a GPU, norm_registers.py shows
-#: their register use without one): warps per program (None: by block width), rows per tile and, for the
-#: persistent launches, programs per multiprocessor. fused_backward_max: the widest row whose backward is
-#: one kernel with the parameter-gradient sums in registers; wider rows take dx and a tiled
-#: parameter-gradient kernel apart (faster above 8192 on an H100). forward_chunk/backward_chunk: rows wider
-#: than this many columns (a power of two; 0: none) are read in chunks, twice, by the chunked kernels
-#: (the backward's only where it is split). forward_prefetch/backward_prefetch: persistent whole-row
-#: programs load their next tile before reducing the current one
-LAUNCH = {"forward_warps": None, "backward_warps": None, "forward_per_processor": 4, "backward_per_processor": 4,
-          "forward_rows": 1, "backward_rows": 1, "forward_chunk": 0, "backward_chunk": 0,
-          "forward_prefetch": False, "backward_prefetch": False, "fused_backward_max": 8192}
-#: overrides of LAUNCH for rows up to a width, {width: {key: value}}: the smallest width at or above a row's
-#: applies (for settings that differ between narrow and wide rows)
-LAUNCH_BY_WIDTH: dict[int, dict] = {}
 #: the weight/bias gradient kernel: rows per program (one partial row each), tile rows, columns per program
 PARAM_ROWS, PARAM_TILE, PARAM_COLS = 256, 32, 128
 #: summing the partial rows: rows per tile, columns per program
 SUM_TILE, SUM_COLS = 32, 32
-
-
-def settings(width: int) -> dict:
-    """The launch settings for rows of this width: LAUNCH with the narrowest LAUNCH_BY_WIDTH entry that covers it."""
-    bounds = [bound for bound in LAUNCH_BY_WIDTH if width <= bound]
-    return {**LAUNCH, **LAUNCH_BY_WIDTH[min(bounds)]} if bounds else LAUNCH
 
 
 def forward_warps(block: int) -> int:

@@ -2,7 +2,8 @@
 
 Triton where it can run (a CUDA device and a Triton with a driver, or TRITON_INTERPRET=1), plain
 torch otherwise; NLP_BENCH_KERNELS=triton|torch forces one, and the trainer switches single ops back to
-torch with Megatron's --no-*-fusion flags. A tensor that is not on the GPU always takes the torch path
+torch with Megatron's --no-*-fusion flags; NLP_BENCH_NORM_LAUNCH overrides the norm kernels' launch
+settings (see norm_settings). A tensor that is not on the GPU always takes the torch path
 (unless interpreting): Triton cannot launch on CPU memory.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 
 import torch
 
+from nlp_bench.kernels import norm_settings
 from nlp_bench.kernels.launch import interpreting
 
 OPS = ("layer_norm", "rms_norm", "bias_gelu", "swiglu", "cross_entropy", "adam")
@@ -21,6 +23,7 @@ ENV = "NLP_BENCH_KERNELS"
 
 _unfused: dict[str, str] = {}  # op -> the switch that turned its fusion off
 _persistent = [True]
+_norm_launch: list[str] = []  # the NLP_BENCH_NORM_LAUNCH applied, for the log
 
 
 class KernelChoiceError(ValueError):
@@ -63,11 +66,18 @@ def backend() -> tuple[str, str]:
 
 
 def configure(unfused: dict[str, str] | Iterable[str] = (), persist_layer_norm: bool = True) -> None:
-    """Turn the fusion of some ops off (op -> the flag that asked, for the log) and pick the layer-norm
-    launch (persistent programs looping over rows, or one program per row)."""
+    """Turn the fusion of some ops off (op -> the flag that asked, for the log), pick the layer-norm
+    launch (persistent programs looping over rows, or one program per row) and apply the norm launch
+    settings in NLP_BENCH_NORM_LAUNCH (as benchmark/perf/norm_launch.py prints them for a GPU)."""
     unknown = set(unfused) - set(OPS)
     if unknown:
         raise KernelChoiceError(f"unknown fused op(s): {', '.join(sorted(unknown))}; ops: {', '.join(OPS)}")
+    launch = os.environ.get(norm_settings.ENV, "").strip()
+    try:
+        norm_settings.override(launch)
+    except ValueError as exc:
+        raise KernelChoiceError(f"{norm_settings.ENV}: {exc}") from None
+    _norm_launch[:] = [launch] if launch else []
     _unfused.clear()
     _unfused.update(unfused if isinstance(unfused, dict) else {op: "configure()" for op in unfused})
     _persistent[0] = persist_layer_norm
@@ -94,4 +104,5 @@ def describe() -> str:
         if op in ("layer_norm", "rms_norm") and implementation(op) == "triton" and not _persistent[0]:
             note = " (--no-persist-layer-norm)"
         ops.append(f"{op}={implementation(op)}{note}")
-    return f"fused ops: {' '.join(ops)} [{name}: {why}]"
+    launch = f"; {norm_settings.ENV}={_norm_launch[0]}" if _norm_launch and name == "triton" else ""
+    return f"fused ops: {' '.join(ops)} [{name}: {why}{launch}]"

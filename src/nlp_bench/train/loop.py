@@ -201,8 +201,8 @@ def train(args: Namespace) -> int:
                      if evaluations else None)
     except BenchError as exc:
         raise UsageError(str(exc)) from None
-    kernels.configure(unfused_ops(args), persist_layer_norm=args.persist_layer_norm)
     try:
+        kernels.configure(unfused_ops(args), persist_layer_norm=args.persist_layer_norm)
         kernels.describe()  # NLP_BENCH_KERNELS is read and checked here, before any process group
     except kernels.KernelChoiceError as exc:
         raise UsageError(str(exc)) from None

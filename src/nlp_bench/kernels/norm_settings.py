@@ -1,0 +1,64 @@
+"""Launch settings of the Triton norm kernels, kept apart from the kernels so that they can be read and
+overridden (NLP_BENCH_NORM_LAUNCH, `benchmark/perf/kernels.py --norm-launch`) without importing Triton.
+
+The best settings depend on the GPU and the row width, so benchmark/perf/norm_launch.py times the
+alternatives on a GPU and prints them in the form `override` takes; norm_registers.py shows their
+register use without one.
+"""
+
+from __future__ import annotations
+
+ENV = "NLP_BENCH_NORM_LAUNCH"
+
+#: warps per program (None: by block width), rows per tile and, for the persistent launches, programs per
+#: multiprocessor. fused_backward_max: the widest row whose backward is one kernel with the
+#: parameter-gradient sums in registers; wider rows take dx and a tiled parameter-gradient kernel apart
+#: (faster above 8192 on an H100). forward_chunk/backward_chunk: rows wider than this many columns (a
+#: power of two; 0: none) are read in chunks, twice, by the chunked kernels (the backward's only where it
+#: is split). forward_prefetch/backward_prefetch: persistent whole-row programs load their next tile
+#: before reducing the current one
+LAUNCH: dict[str, int | bool | None] = {
+    "forward_warps": None, "backward_warps": None, "forward_per_processor": 4, "backward_per_processor": 4,
+    "forward_rows": 1, "backward_rows": 1, "forward_chunk": 0, "backward_chunk": 0,
+    "forward_prefetch": False, "backward_prefetch": False, "fused_backward_max": 8192}
+#: overrides of LAUNCH for rows up to a width, {width: {key: value}}: the smallest width at or above a row's
+#: applies (for settings that differ between narrow and wide rows)
+LAUNCH_BY_WIDTH: dict[int, dict] = {}
+
+#: what each key accepts, for the error a bad override gets
+_RULES = {"warps": ("a power of two (0: the default for the block)", lambda v: v & (v - 1) == 0),
+          "rows": ("a power of two", lambda v: v > 0 and v & (v - 1) == 0),
+          "chunk": ("a power of two (0: whole rows)", lambda v: v & (v - 1) == 0),
+          "prefetch": ("0 or 1", lambda v: v in (0, 1)),
+          "processor": ("at least 1", lambda v: v >= 1),
+          "max": ("a width", lambda v: True)}
+
+
+def settings(width: int) -> dict:
+    """The launch settings for rows of this width: LAUNCH with the narrowest LAUNCH_BY_WIDTH entry that covers it."""
+    bounds = [bound for bound in LAUNCH_BY_WIDTH if width <= bound]
+    return {**LAUNCH, **LAUNCH_BY_WIDTH[min(bounds)]} if bounds else LAUNCH
+
+
+def parse(text: str) -> list[tuple[int | None, str, int | bool | None]]:
+    """(width or None, key, value) for each item of "[WIDTH:]KEY=INTEGER,...", checked against LAUNCH's keys
+    (ValueError with the offending item otherwise). A warps count of 0 means the default for the block."""
+    out = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        width, _, setting = item.rpartition(":")
+        key, _, value = setting.partition("=")
+        if key not in LAUNCH or not (value.isascii() and value.isdigit()) or not (width == "" or width.isascii() and width.isdigit() and int(width) > 0):
+            raise ValueError(f"{item!r} is not [WIDTH:]KEY=INTEGER with KEY one of {', '.join(LAUNCH)}")
+        number, (rule, holds) = int(value), _RULES[key.rpartition("_")[2]]
+        if not holds(number):
+            raise ValueError(f"{item!r}: {key} must be {rule}")
+        if key.endswith("_prefetch"):
+            number = bool(number)
+        out.append((int(width) if width else None, key, None if key.endswith("_warps") and not number else number))
+    return out
+
+
+def override(text: str) -> None:
+    """Apply "[WIDTH:]KEY=INTEGER,..." to LAUNCH (no width) or LAUNCH_BY_WIDTH; nothing changes if any item is bad."""
+    for width, key, value in parse(text):
+        (LAUNCH if width is None else LAUNCH_BY_WIDTH.setdefault(width, {}))[key] = value
