@@ -140,6 +140,25 @@ def test_partial_rows_sum_to_the_parameter_gradients(dtypes):
             _check(got, want.to(param.dtype), param.dtype)
 
 
+@pytest.mark.parametrize("rms", [False, True], ids=["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("rows, tile, cols", [(4, 2, 16), (2, 4, 32), (8, 8, 64)],
+                         ids=["2-tiles-per-group", "group-smaller-than-a-tile", "one-tile-per-group"])
+def test_split_backward_parameter_tiles(monkeypatch, rms, rows, tile, cols):
+    """The parameter-gradient kernel's launch settings: 11 rows in groups of `rows` (the last partial, and a
+    group narrower than a tile taking a whole tile), 100 columns in blocks of `cols` (the last partial)."""
+    for key, value in dict(fused_backward_max=0, param_rows=rows, param_tile=tile, param_cols=cols).items():
+        monkeypatch.setitem(norm_settings.LAUNCH, key, value)
+    x, (w, b), dy = _inputs((11, 100), torch.bfloat16, 100, 100)
+    xf, wf, bf = _fp32(x, w, b)
+    if rms:
+        out, ref, ours, theirs = norms.rms_norm(x, w, 1e-5), reference.rms_norm(xf, wf, 1e-5), (x, w), (xf, wf)
+    else:
+        out, ref = norms.layer_norm(x, w, b, 1e-5), reference.layer_norm(xf, wf, bf, 1e-5)
+        ours, theirs = (x, w, b), (xf, wf, bf)
+    for got, want in zip(_grads(out, dy, *ours), _grads(ref, dy.float(), *theirs)):
+        _check(got, want, torch.bfloat16)
+
+
 def test_launch_settings_can_differ_by_row_width(monkeypatch):
     """LAUNCH_BY_WIDTH overrides LAUNCH for rows up to a width (the narrowest covering entry wins): here
     rows up to 64 wide take 2-row tiles and rows up to 256 wide are chunked; wider ones keep LAUNCH."""
@@ -310,7 +329,7 @@ def test_norm_launch_checks_every_setting_and_prints_one_the_trainer_takes(tmp_p
     chosen = tmp_path / "launch"
     out = subprocess.run([sys.executable, _perf_script("norm_launch.py"), "--rows", "9", "--widths", "40,16",
                           "--chunks", "16", "--warps", "0", "--per-processor", "0,1", "--norms", "layer_norm,rms_norm",
-                          "--out", str(chosen)], capture_output=True, text=True, timeout=600, env=env)
+                          "--param-tiles", "2x16", "--param-warps", "4", "--param-rows", "2,4", "--out", str(chosen)], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "WRONG" not in out.stdout
     settings = [line.split("=", 1)[1].split()[0] for line in out.stdout.splitlines()
@@ -322,8 +341,10 @@ def test_norm_launch_checks_every_setting_and_prints_one_the_trainer_takes(tmp_p
     tested = sum(1 for line in out.stdout.splitlines() if line.endswith("x eager)"))
     # per norm at width 40: forward and split backward each 6 whole-row settings (1- and 2-row tiles, per tile
     # or 1 per SM, loaded ahead only when persistent) and 2 chunked; the fused backward only the 4 persistent
-    # whole-row ones; at width 16 the same without the chunks (a chunk as wide as the row is none)
-    assert tested == 2 * (8 + 4 + 8) + 2 * (6 + 4 + 6)
+    # whole-row ones; at width 16 the same without the chunks (a chunk as wide as the row is none); then the
+    # parameter-gradient kernel's 2 settings over the best split backward
+    assert tested == 2 * (8 + 4 + 8 + 2) + 2 * (6 + 4 + 6 + 2)
+    assert out.stdout.count("parameter tiles 2x16 warps 4 rows 4") == 4
 
 
 def test_norm_launch_refuses_a_setting_off_the_reference():

@@ -5,7 +5,8 @@ and print the fastest setting of each width in the form NLP_BENCH_NORM_LAUNCH an
 Settings: warps per program; whole rows (one or a tile of a few per program, optionally with the next tile
 loaded ahead) or chunks of the row read twice; programs per multiprocessor (0: one program per tile, no
 persistent loop); for the backward, the fused kernel (parameter-gradient sums in registers) or dx and the
-tiled parameter-gradient kernel apart. Every setting's output and gradients are first checked against an
+tiled parameter-gradient kernel apart, and then, over the best dx setting, that kernel's tiles, warps and
+rows per program. Every setting's output and gradients are first checked against an
 fp32 reference; a wrong one is reported and never chosen.
 
 Times are GPU times, replayed from CUDA graphs: the forward alone, and forward + backward with the default
@@ -14,6 +15,7 @@ shows, without a GPU, which settings spill.
 
     python benchmark/perf/norm_launch.py [--widths 4096,12288] [--warps 0,8,16,32] [--tile-rows 1,2]
                                          [--prefetch 0,1] [--chunks 2048,4096] [--per-processor 0,1,2,4]
+                                         [--param-tiles 16x128,32x64] [--param-warps 4,8] [--param-rows 256]
                                          [--norms layer_norm,rms_norm] [--rows 8192] [--out FILE]
 
 Without a GPU, under TRITON_INTERPRET=1 and at a small shape (say --rows 5 --widths 40 --chunks 16), it
@@ -36,8 +38,8 @@ def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
 
-def candidates(n: int, args: argparse.Namespace) -> Iterator[tuple[str, dict, bool, str]]:
-    """(phase, LAUNCH keys to set, persistent, label) for every setting worth timing at width n."""
+def candidates(n: int, args: argparse.Namespace) -> Iterator[tuple[str, str, dict, bool, str]]:
+    """(phase, variant, LAUNCH keys to set, persistent, label) for every setting worth timing at width n."""
     layouts = [(rows, 0, ahead) for rows in _ints(args.tile_rows) for ahead in _ints(args.prefetch)]
     layouts += [(1, c, 0) for c in _ints(args.chunks) if 0 < c < n]
     grid = list(itertools.product(_ints(args.warps), layouts, _ints(args.per_processor)))
@@ -53,7 +55,15 @@ def candidates(n: int, args: argparse.Namespace) -> Iterator[tuple[str, dict, bo
                 keys["fused_backward_max"] = n if variant == "fused" else 0
             layout = f"chunks of {chunk}" if chunk else f"rows {rows}{' ahead' if ahead else ''}"
             label = f"{phase} {variant} warps {warps or 'default'}, {layout}, {f'per-SM {per}' if per else 'per tile'}"
-            yield phase, keys, per > 0, " ".join(label.split())
+            yield phase, variant, keys, per > 0, " ".join(label.split())
+
+
+def param_settings(args: argparse.Namespace) -> Iterator[tuple[int, int, int, int]]:
+    """(tile rows, columns, warps, rows per program) of the parameter-gradient kernel."""
+    for shape, warps, rows in itertools.product(args.param_tiles.split(","), _ints(args.param_warps),
+                                                _ints(args.param_rows)):
+        tile, cols = (int(v) for v in shape.split("x"))
+        yield tile, cols, warps, rows
 
 
 def wrong(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) -> str:
@@ -75,6 +85,10 @@ def main() -> int:
     ap.add_argument("--chunks", default="2048,4096", help="columns per chunk for the chunked kernels")
     ap.add_argument("--prefetch", default="0,1", help="whole rows without (0) and with (1) the next tile loaded ahead")
     ap.add_argument("--per-processor", default="0,1,2,4", help="0: one program per tile")
+    ap.add_argument("--param-tiles", default="16x128,32x128,32x64,16x256",
+                    help="ROWSxCOLUMNS tiles of the split backward's parameter-gradient kernel")
+    ap.add_argument("--param-warps", default="4,8")
+    ap.add_argument("--param-rows", default="128,256", help="rows per parameter-gradient program")
     ap.add_argument("--norms", default="layer_norm", help="layer_norm, rms_norm or both, comma-separated")
     ap.add_argument("--out", help="write the best settings of every width here, as one NLP_BENCH_NORM_LAUNCH value")
     args = ap.parse_args()
@@ -130,14 +144,15 @@ def main() -> int:
             print(f"{args.rows}x{n} {kind}: eager forward {eager_f:.3f} ms, backward {eager_fb - eager_f:.3f} ms;"
                   f" the default forward {ours_f[True]:.3f} ms (one program per tile {ours_f[False]:.3f} ms)",
                   flush=True)
-            best: dict[str, tuple[float, str, str, bool]] = {}
-            for phase, keys, persistent, label in candidates(n, args):
-                reset()
-                flags = ",".join(f"{n}:{key}={int(value)}" for key, value in keys.items())
-                norm_settings.override(flags)  # as NLP_BENCH_NORM_LAUNCH would set it
+            best: dict[str, tuple[float, str, str, bool]] = {}  # forward, backward, split: (ms, label, flags, ..)
 
-                def forward(p=persistent):
-                    return ours(p)
+            def measure(phase: str, variant: str, label: str, flags: str, persistent: bool) -> None:
+                """Check and time one setting (applied over the defaults as NLP_BENCH_NORM_LAUNCH would)."""
+                reset()
+                norm_settings.override(flags)
+
+                def forward():
+                    return ours(persistent)
                 try:
                     out = forward()
                     problem = wrong((out, *torch.autograd.grad(out, inputs, dy)), want)
@@ -146,14 +161,24 @@ def main() -> int:
                     problem = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
                 if problem:
                     print(f"  {label}: WRONG OR FAILED, {problem}", flush=True)
-                    continue
+                    return
                 if phase == "backward":
                     ms -= ours_f[persistent]
                 eager_ms = eager_f if phase == "forward" else eager_fb - eager_f
                 print(f"  {label}: {ms:.3f} ms ({eager_ms / ms:.2f}x eager)", flush=True)
-                if ms < best.get(phase, (float("inf"),))[0]:
-                    best[phase] = (ms, label, flags, persistent)
-            if len(best) == 2:
+                for kept in (phase, variant) if variant == "split" else (phase,):
+                    if ms < best.get(kept, (float("inf"),))[0]:
+                        best[kept] = (ms, label, flags, persistent)
+
+            for phase, variant, keys, persistent, label in candidates(n, args):
+                measure(phase, variant, label, ",".join(f"{n}:{key}={int(value)}" for key, value in keys.items()), persistent)
+            if "split" in best:  # the split backward's parameter-gradient kernel, over its best dx setting
+                _, label, flags, persistent = best["split"]
+                for tile, cols, warps, rows in param_settings(args):
+                    keys = {"param_tile": tile, "param_cols": cols, "param_warps": warps, "param_rows": rows}
+                    measure("backward", "split", f"{label}, parameter tiles {tile}x{cols} warps {warps} rows {rows}",
+                            flags + "".join(f",{n}:{key}={value}" for key, value in keys.items()), persistent)
+            if "forward" in best and "backward" in best:
                 total = best["forward"][0] + best["backward"][0]
                 flags = f"{best['forward'][2]},{best['backward'][2]}"
                 note = "" if best["forward"][3] and best["backward"][3] else \

@@ -4,7 +4,7 @@ and cuobjdump. A kernel that spills or leaves the multiprocessor with few warps 
 memory speed, so this narrows what benchmark/perf/norm_launch.py has to time on a GPU.
 
     python benchmark/perf/norm_registers.py [--widths 4096,12288] [--warps 4,8,16,32] [--rows 1,2,4]
-                                            [--prefetch 0,1] [--chunks 2048,4096]
+                                            [--prefetch 0,1] [--chunks 2048,4096] [--param-tiles 16x128,32x64]
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ def main() -> int:
     ap.add_argument("--chunks", default="2048,4096", help="columns per chunk for the chunked kernels")
     ap.add_argument("--prefetch", default="0,1",
                     help="whole-row kernels without (0) and with (1) the next tile loaded ahead")
+    ap.add_argument("--param-tiles", default="", help="also the parameter-gradient kernel at these ROWSxCOLUMNS tiles")
     args = ap.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     try:
@@ -102,6 +103,18 @@ def main() -> int:
                 print(f"{name:20} {n:>5} {warps:>5} {rows:>4} {'yes' if ahead else 'no':>5} {chunk or '-':>5}"
                       f"  {registers:>9}  {stack:>18}"
                       f"  {shared:>8}  {programs:>11}  {programs * warps:>8}", flush=True)
+    if args.param_tiles:
+        print("\nparameter-gradient kernel (split backward), any width\n"
+              "tile      warps  registers  spill bytes/thread  shared B  programs/SM  warps/SM")
+        grads = _signature("X DY MEAN RSTD DW DB stride_x stride_dy M N")
+        grads["ROWS_PER_PROGRAM"] = "i32"
+        for shape, warps in itertools.product(args.param_tiles.split(","), _ints(args.warps)):
+            tile, cols = (int(v) for v in shape.split("x"))
+            constexprs = {"RMS": False, "HAS_B": True, "TILE_M": tile, "BLOCK_N": cols}
+            registers, stack, shared = _resources(norms._norm_param_grads, grads, constexprs, warps)
+            programs = resident(registers, warps, shared)
+            print(f"{shape:9} {warps:>5}  {registers:>9}  {stack:>18}  {shared:>8}  {programs:>11}"
+                  f"  {programs * warps:>8}", flush=True)
     return 0
 
 

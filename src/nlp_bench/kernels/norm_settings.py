@@ -16,11 +16,14 @@ ENV = "NLP_BENCH_NORM_LAUNCH"
 #: (faster above 8192 on an H100). forward_chunk/backward_chunk: rows wider than this many columns (a
 #: power of two; 0: none) are read in chunks, twice, by the chunked kernels (the backward's only where it
 #: is split). forward_prefetch/backward_prefetch: persistent whole-row programs load their next tile
-#: before reducing the current one
+#: before reducing the current one. param_*: the split backward's parameter-gradient kernel, each program
+#: summing param_rows rows (at least one tile) of a param_cols-wide column block in [param_tile x
+#: param_cols] tiles, with param_warps warps (0: 4)
 LAUNCH: dict[str, int | bool | None] = {
     "forward_warps": None, "backward_warps": None, "forward_per_processor": 4, "backward_per_processor": 4,
     "forward_rows": 1, "backward_rows": 1, "forward_chunk": 0, "backward_chunk": 0,
-    "forward_prefetch": False, "backward_prefetch": False, "fused_backward_max": 8192}
+    "forward_prefetch": False, "backward_prefetch": False, "fused_backward_max": 8192,
+    "param_rows": 256, "param_tile": 32, "param_cols": 128, "param_warps": None}
 #: overrides of LAUNCH for rows up to a width, {width: {key: value}}: the smallest width at or above a row's
 #: applies (for settings that differ between narrow and wide rows)
 LAUNCH_BY_WIDTH: dict[int, dict] = {}
@@ -28,6 +31,8 @@ LAUNCH_BY_WIDTH: dict[int, dict] = {}
 #: what each key accepts, for the error a bad override gets
 _RULES = {"warps": ("a power of two (0: the default for the block)", lambda v: v & (v - 1) == 0),
           "rows": ("a power of two", lambda v: v > 0 and v & (v - 1) == 0),
+          "tile": ("a power of two", lambda v: v > 0 and v & (v - 1) == 0),
+          "cols": ("a power of two of at least 16", lambda v: v >= 16 and v & (v - 1) == 0),
           "chunk": ("a power of two (0: whole rows)", lambda v: v & (v - 1) == 0),
           "prefetch": ("0 or 1", lambda v: v in (0, 1)),
           "processor": ("at least 1", lambda v: v >= 1),

@@ -254,8 +254,6 @@ def _sum_partials(PW, PB, DW, DB, G, N, HAS_W: tl.constexpr, HAS_B: tl.constexpr
         tl.store(DB + cols, tl.sum(db, axis=0).to(DB.dtype.element_ty), mask=col_mask)
 
 
-#: the weight/bias gradient kernel: rows per program (one partial row each), tile rows, columns per program
-PARAM_ROWS, PARAM_TILE, PARAM_COLS = 256, 32, 128
 #: summing the partial rows: rows per tile, columns per program
 SUM_TILE, SUM_COLS = 32, 32
 
@@ -351,11 +349,13 @@ def _split_backward(launch, rms, persistent, x2, weight, bias, dy2, dx, mean, rs
                              num_warps=launch["backward_warps"] or backward_warps(block))
     if weight is None and bias is None:
         return None, None
-    groups = triton.cdiv(m, PARAM_ROWS)
+    tile, cols = launch["param_tile"], launch["param_cols"]
+    group = max(launch["param_rows"], tile)  # whole tiles: both are powers of two
+    groups = triton.cdiv(m, group)
     partial = torch.empty((2, groups, n), dtype=torch.float32, device=x2.device)
-    _norm_param_grads[(triton.cdiv(n, PARAM_COLS), groups)](
-        x2, dy2, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0), m, n, PARAM_ROWS,
-        RMS=rms, HAS_B=bias is not None, TILE_M=PARAM_TILE, BLOCK_N=PARAM_COLS, num_warps=4)
+    _norm_param_grads[(triton.cdiv(n, cols), groups)](
+        x2, dy2, mean, rstd, partial[0], partial[1], x2.stride(0), dy2.stride(0), m, n, group,
+        RMS=rms, HAS_B=bias is not None, TILE_M=tile, BLOCK_N=cols, num_warps=launch["param_warps"] or 4)
     return _param_grads(partial, weight, bias)
 
 
