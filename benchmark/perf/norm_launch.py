@@ -76,6 +76,95 @@ def wrong(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...]) -> str:
     return ""
 
 
+class Case:
+    """One norm at one width: its inputs and fp32 reference, and the ops to time on them."""
+
+    def __init__(self, rms: bool, rows: int, n: int, device: str):
+        from nlp_bench.kernels import norms
+
+        self.rms, self.n, self.norms = rms, n, norms
+        self.kind = "rms_norm" if rms else "layer_norm"
+        self.x = torch.randn(rows, n, device=device, dtype=torch.bfloat16, requires_grad=True)
+        self.w = (1 + 0.1 * torch.randn(n, device=device, dtype=torch.bfloat16)).requires_grad_()
+        self.b = None if rms else (0.1 * torch.randn(n, device=device, dtype=torch.bfloat16)).requires_grad_()
+        self.dy = torch.randn_like(self.x)
+        self.inputs = tuple(t for t in (self.x, self.w, self.b) if t is not None)
+        fp32 = [t.detach().float().requires_grad_() for t in self.inputs]
+        ref = self.eager(*fp32)
+        self.want = (ref.detach(), *torch.autograd.grad(ref, fp32, self.dy.float()))
+
+    def eager(self, x=None, w=None, b=None) -> torch.Tensor:
+        x, w, b = (x, w, b) if x is not None else (self.x, self.w, self.b)
+        return F.rms_norm(x, (self.n,), w, 1e-5) if self.rms else F.layer_norm(x, (self.n,), w, b, 1e-5)
+
+    def ours(self, persistent: bool = True) -> torch.Tensor:
+        if self.rms:
+            return self.norms.rms_norm(self.x, self.w, 1e-5, persistent)
+        return self.norms.layer_norm(self.x, self.w, self.b, 1e-5, persistent)
+
+    def both(self, forward: Callable[[], torch.Tensor]) -> Callable[[], object]:
+        """Forward and backward, as one closure to time."""
+        return lambda: torch.autograd.grad(forward(), self.inputs, self.dy)
+
+    def problem(self, persistent: bool) -> str:
+        """What is wrong with the current launch settings' output and gradients, or empty."""
+        out = self.ours(persistent)
+        return wrong((out, *torch.autograd.grad(out, self.inputs, self.dy)), self.want)
+
+
+def sweep(case: Case, args: argparse.Namespace, time_of: Callable[[Callable[[], object]], float],
+          reset: Callable[[], None]) -> str | None:
+    """Check and time every setting for one norm at one width; the fastest as an NLP_BENCH_NORM_LAUNCH value."""
+    from nlp_bench.kernels import norm_settings
+
+    n = case.n
+    eager_f, eager_fb = time_of(case.eager), time_of(case.both(case.eager))
+    reset()
+    ours_f = {persistent: time_of(lambda p=persistent: case.ours(p)) for persistent in (True, False)}
+    print(f"{args.rows}x{n} {case.kind}: eager forward {eager_f:.3f} ms, backward {eager_fb - eager_f:.3f} ms;"
+          f" the default forward {ours_f[True]:.3f} ms (one program per tile {ours_f[False]:.3f} ms)", flush=True)
+    best: dict[str, tuple[float, str, str, bool]] = {}  # forward, backward, split: (ms, label, flags, persistent)
+
+    def measure(phase: str, variant: str, label: str, flags: str, persistent: bool) -> None:
+        reset()
+        norm_settings.override(flags)  # over the defaults, as NLP_BENCH_NORM_LAUNCH would be
+
+        def forward():
+            return case.ours(persistent)
+        try:
+            problem = case.problem(persistent)
+            ms = None if problem else time_of(forward if phase == "forward" else case.both(forward))
+        except Exception as exc:  # a launch the hardware refuses (too many registers, say)
+            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        if problem:
+            print(f"  {label}: WRONG OR FAILED, {problem}", flush=True)
+            return
+        if phase == "backward":
+            ms -= ours_f[persistent]
+        eager_ms = eager_f if phase == "forward" else eager_fb - eager_f
+        print(f"  {label}: {ms:.3f} ms ({eager_ms / ms:.2f}x eager)", flush=True)
+        for kept in (phase, variant) if variant == "split" else (phase,):
+            if ms < best.get(kept, (float("inf"),))[0]:
+                best[kept] = (ms, label, flags, persistent)
+
+    for phase, variant, keys, persistent, label in candidates(n, args):
+        measure(phase, variant, label, ",".join(f"{n}:{key}={int(value)}" for key, value in keys.items()), persistent)
+    if "split" in best:  # the split backward's parameter-gradient kernel, over its best dx setting
+        _, label, flags, persistent = best["split"]
+        for tile, cols, warps, rows in param_settings(args):
+            keys = {"param_tile": tile, "param_cols": cols, "param_warps": warps, "param_rows": rows}
+            measure("backward", "split", f"{label}, parameter tiles {tile}x{cols} warps {warps} rows {rows}",
+                    flags + "".join(f",{n}:{key}={value}" for key, value in keys.items()), persistent)
+    if "forward" not in best or "backward" not in best:
+        return None
+    (f_ms, f_label, f_flags, f_persistent), (b_ms, b_label, b_flags, b_persistent) = best["forward"], best["backward"]
+    note = "" if f_persistent and b_persistent else "  (one program per tile: as with --no-persist-layer-norm)"
+    print(f"  best {case.kind}: {f_label} + {b_label}: {f_ms + b_ms:.3f} ms,"
+          f" {eager_fb / (f_ms + b_ms):.2f}x eager forward+backward\n"
+          f"    NLP_BENCH_NORM_LAUNCH={f_flags},{b_flags}{note}", flush=True)
+    return f"{f_flags},{b_flags}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--widths", default="4096,12288")
@@ -100,15 +189,12 @@ def main() -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gputime
 
-    from nlp_bench.kernels import norm_settings, norms
+    from nlp_bench.kernels import norm_settings
 
-    time_of: Callable[[Callable[[], object]], float] = gputime.graphed if on_gpu else gputime.host
-    device = "cuda" if on_gpu else "cpu"
     if on_gpu:
         print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; GPU times from CUDA graphs")
     else:
         print("TRITON_INTERPRET=1 on CPU: every setting is checked; times are the interpreter's, not a GPU's")
-    chosen: dict[str, list[str]] = {}  # norm -> its best setting per width
     default = dict(norm_settings.LAUNCH), {w: dict(keys) for w, keys in norm_settings.LAUNCH_BY_WIDTH.items()}
 
     def reset() -> None:
@@ -117,79 +203,16 @@ def main() -> int:
         norm_settings.LAUNCH_BY_WIDTH.clear()
         norm_settings.LAUNCH_BY_WIDTH.update({w: dict(keys) for w, keys in default[1].items()})
 
+    chosen: dict[bool, list[str]] = {}  # rms -> the best setting of each width
     for n in _ints(args.widths):
-        x = torch.randn(args.rows, n, device=device, dtype=torch.bfloat16, requires_grad=True)
-        w = (1 + 0.1 * torch.randn(n, device=device, dtype=torch.bfloat16)).requires_grad_()
-        b = (0.1 * torch.randn(n, device=device, dtype=torch.bfloat16)).requires_grad_()
-        dy = torch.randn_like(x)
         for rms in (name.strip() == "rms_norm" for name in args.norms.split(",")):
-            kind = "rms_norm" if rms else "layer_norm"
-            inputs = (x, w) if rms else (x, w, b)
-            xf, wf, bf = (t.detach().float().requires_grad_() for t in (x, w, b))
-            ref = F.rms_norm(xf, (n,), wf, 1e-5) if rms else F.layer_norm(xf, (n,), wf, bf, 1e-5)
-            want = (ref.detach(), *torch.autograd.grad(ref, (xf, wf) if rms else (xf, wf, bf), dy.float()))
-
-            def eager():
-                return F.rms_norm(x, (n,), w, 1e-5) if rms else F.layer_norm(x, (n,), w, b, 1e-5)
-
-            def ours(persistent: bool = True):
-                return norms.rms_norm(x, w, 1e-5, persistent) if rms else norms.layer_norm(x, w, b, 1e-5, persistent)
-
-            def both(op):
-                return lambda: torch.autograd.grad(op(), inputs, dy)
-
-            eager_f, eager_fb = time_of(eager), time_of(both(eager))
-            reset()
-            ours_f = {persistent: time_of(lambda p=persistent: ours(p)) for persistent in (True, False)}
-            print(f"{args.rows}x{n} {kind}: eager forward {eager_f:.3f} ms, backward {eager_fb - eager_f:.3f} ms;"
-                  f" the default forward {ours_f[True]:.3f} ms (one program per tile {ours_f[False]:.3f} ms)",
-                  flush=True)
-            best: dict[str, tuple[float, str, str, bool]] = {}  # forward, backward, split: (ms, label, flags, ..)
-
-            def measure(phase: str, variant: str, label: str, flags: str, persistent: bool) -> None:
-                """Check and time one setting (applied over the defaults as NLP_BENCH_NORM_LAUNCH would)."""
-                reset()
-                norm_settings.override(flags)
-
-                def forward():
-                    return ours(persistent)
-                try:
-                    out = forward()
-                    problem = wrong((out, *torch.autograd.grad(out, inputs, dy)), want)
-                    ms = None if problem else time_of(forward if phase == "forward" else both(forward))
-                except Exception as exc:  # a launch the hardware refuses (too many registers, say)
-                    problem = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-                if problem:
-                    print(f"  {label}: WRONG OR FAILED, {problem}", flush=True)
-                    return
-                if phase == "backward":
-                    ms -= ours_f[persistent]
-                eager_ms = eager_f if phase == "forward" else eager_fb - eager_f
-                print(f"  {label}: {ms:.3f} ms ({eager_ms / ms:.2f}x eager)", flush=True)
-                for kept in (phase, variant) if variant == "split" else (phase,):
-                    if ms < best.get(kept, (float("inf"),))[0]:
-                        best[kept] = (ms, label, flags, persistent)
-
-            for phase, variant, keys, persistent, label in candidates(n, args):
-                measure(phase, variant, label, ",".join(f"{n}:{key}={int(value)}" for key, value in keys.items()), persistent)
-            if "split" in best:  # the split backward's parameter-gradient kernel, over its best dx setting
-                _, label, flags, persistent = best["split"]
-                for tile, cols, warps, rows in param_settings(args):
-                    keys = {"param_tile": tile, "param_cols": cols, "param_warps": warps, "param_rows": rows}
-                    measure("backward", "split", f"{label}, parameter tiles {tile}x{cols} warps {warps} rows {rows}",
-                            flags + "".join(f",{n}:{key}={value}" for key, value in keys.items()), persistent)
-            if "forward" in best and "backward" in best:
-                total = best["forward"][0] + best["backward"][0]
-                flags = f"{best['forward'][2]},{best['backward'][2]}"
-                note = "" if best["forward"][3] and best["backward"][3] else \
-                    "  (one program per tile: as with --no-persist-layer-norm)"
-                print(f"  best {kind}: {best['forward'][1]} + {best['backward'][1]}: {total:.3f} ms,"
-                      f" {eager_fb / total:.2f}x eager forward+backward\n"
-                      f"    NLP_BENCH_NORM_LAUNCH={flags}{note}", flush=True)
-                chosen.setdefault(kind, []).append(flags)
+            case = Case(rms, args.rows, n, "cuda" if on_gpu else "cpu")
+            flags = sweep(case, args, gputime.graphed if on_gpu else gputime.host, reset)
+            if flags:
+                chosen.setdefault(rms, []).append(flags)
     reset()
     if chosen:  # LayerNorm's choice where both were timed: the norms share the kernels and their settings
-        every_width = ",".join(chosen.get("layer_norm") or chosen["rms_norm"])
+        every_width = ",".join(chosen.get(False) or chosen[True])
         print(f"every width: NLP_BENCH_NORM_LAUNCH={every_width}")
         if args.out:
             with open(args.out, "w") as out:
