@@ -298,13 +298,16 @@ def test_adam_step(model_dtype, decoupled):
             torch.testing.assert_close(out.float(), master, atol=1e-30, rtol=ulp)
 
 
+def _perf_script(name: str) -> str:
+    return os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", name)
+
+
 def test_chunked_norm_kernels_hold_a_chunk_not_the_row_in_registers():
     """benchmark/perf/norm_registers.py compiles for an H100 without one: at width 12288 the whole-row forward
     needs every register ptxas allows a thread (or spills); the chunked kernels read the row twice so that
     they hold one chunk, which is what lets several rows be in flight per multiprocessor."""
-    script = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "norm_registers.py")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, script, "--widths", "12288", "--warps", "8", "--rows", "1", "--prefetch", "0",
+    out = subprocess.run([sys.executable, _perf_script("norm_registers.py"), "--widths", "12288", "--warps", "8", "--rows", "1", "--prefetch", "0",
                           "--chunks", "2048"], capture_output=True, text=True, timeout=300, env=env, check=True).stdout
     table = {}
     for line in out.splitlines()[1:]:
@@ -314,10 +317,6 @@ def test_chunked_norm_kernels_hold_a_chunk_not_the_row_in_registers():
     assert whole[0] == 255 or whole[1] > 0
     for registers, spill, programs in (chunked, chunked_dx):
         assert spill == 0 and registers <= 64 and programs >= 4
-
-
-def _perf_script(name: str) -> str:
-    return os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", name)
 
 
 @pytest.mark.slow
@@ -336,7 +335,7 @@ def test_norm_launch_checks_every_setting_and_prints_one_the_trainer_takes(tmp_p
                 if line.strip().startswith("NLP_BENCH_NORM_LAUNCH=")]
     assert len(settings) == 4 and out.stdout.count("best layer_norm") == out.stdout.count("best rms_norm") == 2
     for text, width in zip(settings, (40, 40, 16, 16)):
-        assert {width for width, _, _ in norm_settings.parse(text)} == {width}
+        assert {bound for bound, _, _ in norm_settings.parse(text)} == {width}
     assert chosen.read_text() == f"{settings[0]},{settings[2]}\n"  # LayerNorm's, both widths
     tested = [line for line in out.stdout.splitlines() if line.endswith("x eager)")]
     # per norm at width 40: forward and split backward each 6 whole-row settings (1- and 2-row tiles, per tile

@@ -28,12 +28,17 @@ LAUNCH: dict[str, int | bool | None] = {
 #: applies (for settings that differ between narrow and wide rows)
 LAUNCH_BY_WIDTH: dict[int, dict] = {}
 
-#: what each key accepts, for the error a bad override gets
-_RULES = {"warps": ("a power of two (0: the default for the block)", lambda v: v & (v - 1) == 0),
-          "rows": ("a power of two", lambda v: v > 0 and v & (v - 1) == 0),
-          "tile": ("a power of two", lambda v: v > 0 and v & (v - 1) == 0),
-          "cols": ("a power of two of at least 16", lambda v: v >= 16 and v & (v - 1) == 0),
-          "chunk": ("a power of two (0: whole rows)", lambda v: v & (v - 1) == 0),
+
+def _power_of_two(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+#: what each key accepts (by its last word), for the error a bad override gets
+_RULES = {"warps": ("a power of two (0: the default for the block)", lambda v: v == 0 or _power_of_two(v)),
+          "rows": ("a power of two", _power_of_two),
+          "tile": ("a power of two", _power_of_two),
+          "cols": ("a power of two of at least 16", lambda v: v >= 16 and _power_of_two(v)),
+          "chunk": ("a power of two (0: whole rows)", lambda v: v == 0 or _power_of_two(v)),
           "prefetch": ("0 or 1", lambda v: v in (0, 1)),
           "processor": ("at least 1", lambda v: v >= 1),
           "max": ("a width", lambda v: True)}
