@@ -307,8 +307,9 @@ def test_chunked_norm_kernels_hold_a_chunk_not_the_row_in_registers():
     needs every register ptxas allows a thread (or spills); the chunked kernels read the row twice so that
     they hold one chunk, which is what lets several rows be in flight per multiprocessor."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, _perf_script("norm_registers.py"), "--widths", "12288", "--warps", "8", "--rows", "1", "--prefetch", "0",
-                          "--chunks", "2048"], capture_output=True, text=True, timeout=300, env=env, check=True).stdout
+    command = [sys.executable, _perf_script("norm_registers.py"), "--widths", "12288", "--warps", "8", "--rows", "1",
+               "--prefetch", "0", "--chunks", "2048"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=True).stdout
     table = {}
     for line in out.splitlines()[1:]:
         *name, width, warps, rows, ahead, chunk, registers, spill, shared, programs, warps_per_sm = line.split()
@@ -326,9 +327,10 @@ def test_norm_launch_checks_every_setting_and_prints_one_the_trainer_takes(tmp_p
     NLP_BENCH_NORM_LAUNCH the trainer accepts, so that the GPU minutes are spent on timings only."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     chosen = tmp_path / "launch"
-    out = subprocess.run([sys.executable, _perf_script("norm_launch.py"), "--rows", "9", "--widths", "40,16",
-                          "--chunks", "16", "--warps", "0", "--per-processor", "0,1", "--norms", "layer_norm,rms_norm",
-                          "--param-tiles", "2x16", "--param-warps", "4", "--param-rows", "2,4", "--out", str(chosen)], capture_output=True, text=True, timeout=600, env=env)
+    command = [sys.executable, _perf_script("norm_launch.py"), "--rows", "9", "--widths", "40,16", "--chunks", "16",
+               "--warps", "0", "--per-processor", "0,1", "--norms", "layer_norm,rms_norm", "--param-tiles", "2x16",
+               "--param-warps", "4", "--param-rows", "2,4", "--out", str(chosen)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "WRONG" not in out.stdout
     settings = [line.split("=", 1)[1].split()[0] for line in out.stdout.splitlines()

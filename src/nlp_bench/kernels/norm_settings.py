@@ -8,6 +8,8 @@ register use without one.
 
 from __future__ import annotations
 
+import re
+
 ENV = "NLP_BENCH_NORM_LAUNCH"
 
 #: warps per program (None: by block width), rows per tile and, for the persistent launches, programs per
@@ -55,11 +57,11 @@ def parse(text: str) -> list[tuple[int | None, str, int | bool | None]]:
     (ValueError with the offending item otherwise). A warps count of 0 means the default for the block."""
     out = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        width, _, setting = item.rpartition(":")
-        key, _, value = setting.partition("=")
-        if key not in LAUNCH or not (value.isascii() and value.isdigit()) or not (width == "" or width.isascii() and width.isdigit() and int(width) > 0):
+        match = re.fullmatch(r"(?:([0-9]+):)?(\w+)=([0-9]+)", item)
+        if not match or match[2] not in LAUNCH or match[1] is not None and int(match[1]) == 0:
             raise ValueError(f"{item!r} is not [WIDTH:]KEY=INTEGER with KEY one of {', '.join(LAUNCH)}")
-        number, (rule, holds) = int(value), _RULES[key.rpartition("_")[2]]
+        width, key, number = match[1], match[2], int(match[3])
+        rule, holds = _RULES[key.rpartition("_")[2]]
         if not holds(number):
             raise ValueError(f"{item!r}: {key} must be {rule}")
         if key.endswith("_prefetch"):
