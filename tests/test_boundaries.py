@@ -1,4 +1,5 @@
-"""The one-way arrows of DESIGN.md, checked on the import statements of every module."""
+"""The one-way arrows of DESIGN.md, checked on the import statements of every module (those inside
+functions too): no layer imports one above it, and no set of modules imports itself round a circle."""
 
 import ast
 from pathlib import Path
@@ -7,41 +8,117 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "src" / "nlp_bench"
 
-# package -> subpackages of nlp_bench it must never import
+# a part of nlp_bench (a subpackage or a top-level module) -> the parts it must never import
+_ABOVE_THE_WORKSPACE = {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data",
+                        "kernels", "api"}
 FORBIDDEN = {
-    "spec": {"sweep", "launch", "train", "analysis", "report", "cli", "runner", "data"},
-    "data": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "runner"},
-    "sweep": {"launch", "train", "analysis", "report", "cli", "runner"},
-    "launch": {"train", "analysis", "report", "cli", "runner"},
-    "train": {"sweep", "launch", "analysis", "report", "cli", "runner"},
-    "analysis": {"launch", "train", "report", "cli", "runner"},
-    "report": {"launch", "train", "cli", "runner"},
-    "plan": {"sweep", "launch", "train", "analysis", "report", "cli", "runner", "planner", "data", "kernels"},
-    "kernels": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "runner", "plan", "data"},
+    "workspace": _ABOVE_THE_WORKSPACE,
+    "flops": _ABOVE_THE_WORKSPACE | {"workspace"},
+    "spec": {"sweep", "launch", "train", "analysis", "report", "cli", "app", "data", "plan", "workspace"},
+    "data": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "workspace"},
+    "sweep": {"launch", "train", "analysis", "report", "cli", "app", "plan"},
+    "launch": {"train", "analysis", "report", "cli", "app", "plan"},
+    "train": {"sweep", "launch", "analysis", "report", "cli", "app", "plan", "workspace"},
+    "analysis": {"launch", "train", "report", "cli", "app", "plan"},
+    "report": {"launch", "train", "cli", "app"},
+    "plan": {"sweep", "launch", "train", "analysis", "report", "cli", "app", "data", "kernels", "workspace"},
+    "kernels": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data", "workspace"},
+    "app": {"cli", "train"},
 }
-TORCH_FREE = ("spec", "sweep", "launch", "analysis", "report", "data", "plan")
+TORCH_FREE = ("workspace", "spec", "sweep", "launch", "analysis", "report", "data", "plan", "app")
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
 
 
 def imports(path: Path) -> set[str]:
+    """Every module a file imports; `from package import name` counts package.name where that is a module."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
+            subs = {f"{node.module}.{a.name}" for a in node.names} & set(MODULES)
+            names |= subs or {node.module}
     return names
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_one_way_imports(package):
-    for module in (PKG / package).rglob("*.py"):
+def _files(part: str) -> list[Path]:
+    folder, module = PKG / part, PKG / f"{part}.py"
+    return sorted(folder.rglob("*.py")) if folder.is_dir() else [module]
+
+
+def test_every_part_has_rules():
+    parts = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert parts <= set(FORBIDDEN), f"add the new part(s) to FORBIDDEN: {parts - set(FORBIDDEN)}"
+
+
+@pytest.mark.parametrize("part", sorted(FORBIDDEN))
+def test_one_way_imports(part):
+    for module in _files(part):
         for name in imports(module):
             parts = name.split(".")
             if parts[0] == "nlp_bench" and len(parts) > 1:
-                assert parts[1] not in FORBIDDEN[package], f"{module.relative_to(PKG)} imports {name}"
+                assert parts[1] not in FORBIDDEN[part], f"{module.relative_to(PKG)} imports {name}"
 
 
-@pytest.mark.parametrize("package", TORCH_FREE)
-def test_torch_free_packages(package):
-    for module in (PKG / package).rglob("*.py"):
+@pytest.mark.parametrize("part", TORCH_FREE)
+def test_torch_free_parts(part):
+    for module in _files(part):
         assert not any(n.split(".")[0] in ("torch", "triton") for n in imports(module)), module
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each a circle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_circles_are_found():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle():
+    """A package's __init__ that re-exports its own modules is not a circle: only module-to-module edges
+    count, a package's __init__ standing for the package itself only where nothing more precise is named."""
+    graph = {m: {n for n in imports(p) if n in MODULES and n != m and not m.startswith(n + ".")}
+             for m, p in MODULES.items()}
+    assert circles(graph) == []

@@ -66,7 +66,7 @@ def test_exports_read_back_into_equal_frames(bench, results, tmp_path, fmt):
 
     from nlp_bench.analysis.results import rows_frame, run_rows
     from nlp_bench.report.table import read_export
-    from nlp_bench.sweep.workspace import find_run
+    from nlp_bench.workspace import find_run
 
     _completed_175b(bench, results)
     assert bench("run", "--tag", "13", "--dry-run").exit_code == 0

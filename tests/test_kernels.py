@@ -23,7 +23,7 @@ if _interpret:
     os.environ["TRITON_INTERPRET"] = "1"
 try:
     triton = pytest.importorskip("triton")
-    from nlp_bench.kernels import activations, adam, loss, norm_settings, norms, reference
+    from nlp_bench.kernels import activations, adam, eager, loss, norm_settings, norms
 finally:
     if _interpret:
         del os.environ["TRITON_INTERPRET"]
@@ -96,7 +96,7 @@ def test_layer_norm(shape, dtype, persistent, norm_backward, norm_tile):
     x, (w, b), dy = _inputs(shape, dtype, shape[-1], shape[-1])
     out = norms.layer_norm(x, w, b, 1e-5, persistent)
     xf, wf, bf = _fp32(x, w, b)
-    ref = reference.layer_norm(xf, wf, bf, 1e-5)
+    ref = eager.layer_norm(xf, wf, bf, 1e-5)
     _check(out, ref, dtype)
     for got, want in zip(_grads(out, dy, x, w, b), _grads(ref, dy.float(), xf, wf, bf)):
         _check(got, want, dtype)
@@ -108,7 +108,7 @@ def test_rms_norm(shape, dtype, norm_backward, norm_tile):
     x, (w,), dy = _inputs(shape, dtype, shape[-1])
     out = norms.rms_norm(x, w, 1e-6)
     xf, wf = _fp32(x, w)
-    ref = reference.rms_norm(xf, wf, 1e-6)
+    ref = eager.rms_norm(xf, wf, 1e-6)
     _check(out, ref, dtype)
     for got, want in zip(_grads(out, dy, x, w), _grads(ref, dy.float(), xf, wf)):
         _check(got, want, dtype)
@@ -151,9 +151,9 @@ def test_split_backward_parameter_tiles(monkeypatch, rms, rows, tile, cols):
     x, (w, b), dy = _inputs((11, 100), torch.bfloat16, 100, 100)
     xf, wf, bf = _fp32(x, w, b)
     if rms:
-        out, ref, ours, theirs = norms.rms_norm(x, w, 1e-5), reference.rms_norm(xf, wf, 1e-5), (x, w), (xf, wf)
+        out, ref, ours, theirs = norms.rms_norm(x, w, 1e-5), eager.rms_norm(xf, wf, 1e-5), (x, w), (xf, wf)
     else:
-        out, ref = norms.layer_norm(x, w, b, 1e-5), reference.layer_norm(xf, wf, bf, 1e-5)
+        out, ref = norms.layer_norm(x, w, b, 1e-5), eager.layer_norm(xf, wf, bf, 1e-5)
         ours, theirs = (x, w, b), (xf, wf, bf)
     for got, want in zip(_grads(out, dy, *ours), _grads(ref, dy.float(), *theirs)):
         _check(got, want, torch.bfloat16)
@@ -181,7 +181,7 @@ def test_launch_settings_can_differ_by_row_width(monkeypatch):
     for width, launches in ((7, 0), (100, 1)):
         x, (w, b), _ = _inputs((3, width), torch.bfloat16, width, width)
         xf, wf, bf = _fp32(x, w, b)
-        _check(norms.layer_norm(x, w, b, 1e-5), reference.layer_norm(xf, wf, bf, 1e-5), torch.bfloat16)
+        _check(norms.layer_norm(x, w, b, 1e-5), eager.layer_norm(xf, wf, bf, 1e-5), torch.bfloat16)
         assert chunked.launches == launches
 
 
@@ -189,13 +189,13 @@ def test_norms_without_affine_parameters(norm_backward, norm_tile):
     x, _, dy = _inputs((4, 33), torch.float32)
     out = norms.layer_norm(x, None, None, 1e-5)
     xf = _fp32(x)[0]
-    ref = reference.layer_norm(xf, None, None, 1e-5)
+    ref = eager.layer_norm(xf, None, None, 1e-5)
     _check(out, ref, torch.float32)
     _check(_grads(out, dy, x)[0], _grads(ref, dy, xf)[0], torch.float32)
-    _check(norms.rms_norm(x, None, 1e-5), reference.rms_norm(xf, None, 1e-5), torch.float32)
+    _check(norms.rms_norm(x, None, 1e-5), eager.rms_norm(xf, None, 1e-5), torch.float32)
     b = torch.randn(33, device=DEVICE, requires_grad=True)  # a bias without a weight
     bf = _fp32(b)[0]
-    out, ref = norms.layer_norm(x, None, b, 1e-5), reference.layer_norm(xf, None, bf, 1e-5)
+    out, ref = norms.layer_norm(x, None, b, 1e-5), eager.layer_norm(xf, None, bf, 1e-5)
     for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy, xf, bf)):
         _check(got, want, torch.float32)
 
@@ -207,7 +207,7 @@ def test_bias_gelu(shape, dtype):
     x.data.mul_(3)  # reach the flat tails of tanh as well
     out = activations.bias_gelu(x, b)
     xf, bf = _fp32(x, b)
-    ref = reference.bias_gelu(xf, bf)
+    ref = eager.bias_gelu(xf, bf)
     _check(out, ref, dtype)
     for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy.float(), xf, bf)):
         _check(got, want, dtype)
@@ -228,7 +228,7 @@ def test_swiglu(shape, dtype):
     dy = torch.randn(shape[:-1] + (shape[-1] // 2,)).to(DEVICE, dtype)
     out = activations.swiglu(x)
     xf = _fp32(x)[0]
-    ref = reference.swiglu(xf)
+    ref = eager.swiglu(xf)
     _check(out, ref, dtype)
     _check(_grads(out, dy, x)[0], _grads(ref, dy.float(), xf)[0], dtype)
 
@@ -289,7 +289,7 @@ def test_adam_step(model_dtype, decoupled):
         out = torch.empty(numel, device=DEVICE, dtype=model_dtype) if model_dtype != torch.float32 else None
         args = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=7, decoupled=decoupled)
         adam.adam_step(master, grad, m, v, out, **args)
-        reference.adam_step(ref[0], grad, ref[1], ref[2], **args)
+        eager.adam_step(ref[0], grad, ref[1], ref[2], **args)
         for got, want in zip((master, m, v), ref):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
         if out is not None:

@@ -133,3 +133,51 @@ def test_watchdog_leaves_a_progressing_training_alone(tmp_path):
     ex.submit(folder)
     assert wait(ex, folder, interval_s=0.1) == states.COMPLETED
     assert "watchdog" not in (folder / "job.out").read_text()
+
+
+def _chain_point(tmp_path, compile_body: str):
+    folder = _point(tmp_path, 'echo "run sees $(cat compiled)"\n')
+    (folder / "compile.sbatch").write_text("#!/bin/bash\n" + compile_body)
+    return folder
+
+
+def test_a_chain_runs_its_scripts_in_order_each_with_its_own_output(tmp_path):
+    folder = _chain_point(tmp_path, "echo graphs > compiled\necho compiling\n")
+    ex = LocalExecutor()
+    job_id = ex.submit(folder, ("compile.sbatch", "jobscript.sbatch"))
+    assert wait(ex, folder, interval_s=0.05) == states.COMPLETED
+    assert (folder / "compile.out").read_text() == "compiling\n"
+    assert (folder / "job.out").read_text() == "run sees graphs\n"
+    assert states.load(folder)["chain_job_ids"] == [job_id, job_id]
+
+
+def test_a_failed_step_ends_the_chain(tmp_path):
+    folder = _chain_point(tmp_path, "echo 'neuron compile failed' >&2\nexit 7\n")
+    ex = LocalExecutor()
+    ex.submit(folder, ("compile.sbatch", "jobscript.sbatch"))
+    assert wait(ex, folder, interval_s=0.05) == states.FAILED
+    assert states.load(folder)["exit_code"] == 7
+    assert (folder / "compile.err").read_text() == "neuron compile failed\n"
+    assert "run sees" not in (folder / "job.out").read_text()
+
+
+def test_the_local_executor_cannot_hold_a_job_for_others(tmp_path):
+    import pytest
+
+    from nlp_bench.errors import LaunchError
+
+    with pytest.raises(LaunchError, match="cannot hold a job"):
+        LocalExecutor().submit(_point(tmp_path, "true\n"), after=["12"])
+
+
+def test_the_registry_names_every_executor_and_what_it_can_do():
+    import pytest
+
+    from nlp_bench.errors import LaunchError
+    from nlp_bench.launch.executors import REGISTRY, get_executor
+
+    assert sorted(REGISTRY) == ["local", "slurm"]
+    local, slurm = get_executor("local"), get_executor("slurm")
+    assert (local.queues, local.holds_jobs, slurm.queues, slurm.holds_jobs) == (False, False, True, True)
+    with pytest.raises(LaunchError, match="unknown executor 'pbs'; known: local, slurm"):
+        get_executor("pbs")

@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import DATA, ROOT, run_bench
-from nlp_bench import planner
+from nlp_bench.app import planning
 from nlp_bench.cli import cli
-from nlp_bench.plan import memory, rank
+from nlp_bench.plan import memory, ranking
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.spec.models import get_model, pad_vocab
 
@@ -75,7 +75,7 @@ def test_korthikanti_per_layer_cases():
 
 
 def test_calibrated_on_the_two_reference_rows_the_planner_predicts_both(tmp_path):
-    fits = planner.calibrate_and_store(tmp_path, ["reference"])
+    fits = planning.calibrate_and_store(tmp_path, ["reference"])
     result, checks = fits["juwels-booster"]
     assert len(checks) == 2
     for label, predicted, measured in checks:
@@ -95,7 +95,7 @@ def test_json_keys_are_the_documented_contract(tmp_path):
     out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--json", "--top", "3"])
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)
-    assert rows and all(tuple(r) == planner.JSON_KEYS for r in rows)
+    assert rows and all(tuple(r) == planning.JSON_KEYS for r in rows)
     assert all(r["calibrated"] is False for r in rows)
     fits = [r for r in rows if r["fits"]]
     assert fits == sorted(fits, key=lambda r: -r["tokens_per_s"])
@@ -110,7 +110,7 @@ def test_pinned_axes_and_the_target_search(tmp_path):
                               "--pp", "8", "--pp", "16"])
     rows = json.loads(out.output)
     assert rows and {r["tp"] for r in rows} == {4} and {r["pp"] for r in rows} <= {8, 16}
-    planner.calibrate_and_store(tmp_path, ["reference"])
+    planning.calibrate_and_store(tmp_path, ["reference"])
     out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--target-seconds", "560",
                               "--system", "juwels-booster"])
     assert out.exit_code == 0, out.output
@@ -140,7 +140,7 @@ def test_a_system_without_the_figures_is_refused_in_words():
 
     bare = replace(load_system("local"), peak_tflops=None, inter_node_gbps=None)
     with pytest.raises(timing.NotPlannable, match="system 'local' has no peak_tflops, inter_node_gbps"):
-        rank.predict(get_model("gpt-tiny"), bare, Candidate(1, 2, 1, 1, 1, 1), timing.Efficiency())
+        ranking.predict(get_model("gpt-tiny"), bare, Candidate(1, 2, 1, 1, 1, 1), timing.Efficiency())
 
 
 def test_candidate_rules():
@@ -187,13 +187,13 @@ def test_calibrated_on_a_small_local_sweep_it_predicts_a_held_out_point(tmp_path
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     results = tmp_path / "results"
     run_id = next(results.glob("nlp/*/run.json")).parent.name
-    found = planner.measured(results, [run_id])
+    found = planning.measured(results, [run_id])
     assert sorted(p.candidate.gas for p, _, _ in found) == [1, 2, 4, 8]
     held_out = next(item for item in found if item[0].candidate.gas == 4)
-    fits = planner.fit_points([item for item in found if item is not held_out])
+    fits = planning.fit_points([item for item in found if item is not held_out])
     result, _ = fits["local"]
     planned, measured_tokens, _ = held_out
-    predicted = rank.predict(planned.model, planned.system, planned.candidate, result.efficiency).tokens_per_s
+    predicted = ranking.predict(planned.model, planned.system, planned.candidate, result.efficiency).tokens_per_s
     assert predicted == pytest.approx(measured_tokens, rel=0.25), (predicted, measured_tokens, result)
     # the command reports the fit and its error, and later plans on this system say they are calibrated
     out = run_bench("plan", "--calibrate", run_id, cwd=tmp_path)

@@ -103,7 +103,7 @@ def test_dependency_holds_a_job_until_the_first_completes(slurm_cluster, tmp_pat
     (second / "jobscript.sbatch").write_text((first / "jobscript.sbatch").read_text().replace("sleep 5", "true"))
     ex = SlurmExecutor()
     first_id = ex.submit(first)
-    second_id = ex.submit(second, dependency=f"afterok:{first_id}")
+    second_id = ex.submit(second, after=[first_id])
     reason = subprocess.run(["squeue", "-h", "-j", second_id, "-o", "%T %r"], capture_output=True, text=True).stdout
     assert reason.strip() == "PENDING Dependency", reason
     assert wait(ex, second, interval_s=0.3) == states.COMPLETED
@@ -342,7 +342,7 @@ def test_compile_then_run_chain(slurm_cluster, tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "compile.err").read_text()[-2000:]
     assert ": Slurm compile job " in proc.stdout and ", then run job " in proc.stdout
     state = json.loads((folder / "state.json").read_text())
-    assert state["state"] == "COMPLETED" and state["compile_job_id"] != state["job_id"]
+    assert state["state"] == "COMPLETED" and state["chain_job_ids"][0] != state["job_id"]
     compiled = (folder / "compile.out").read_text()
     assert "compile stand-in: torchrun" in compiled and "iteration        2/       2" in compiled
     assert "NEURON_COMPILE_CACHE_URL=" + f"{tmp_path}/cache" in (folder / "provenance.env").read_text()
@@ -352,4 +352,4 @@ def test_compile_then_run_chain(slurm_cluster, tmp_path, monkeypatch):
         out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
         return dict(re.findall(r"(StartTime|EndTime)=(\S+)", out))
 
-    assert times(state["job_id"])["StartTime"] >= times(state["compile_job_id"])["EndTime"]
+    assert times(state["job_id"])["StartTime"] >= times(state["chain_job_ids"][0])["EndTime"]

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 from nlp_bench.kernels import vocab_parallel_cross_entropy
 from nlp_bench.train.args import UsageError, parse_args
-from nlp_bench.train.data import MockData
-from nlp_bench.train.grid import rank_of
+from nlp_bench.train.batches import MockData
+from nlp_bench.train.process_groups import rank_of
 from nlp_bench.train.model import apply_rope, rope_tables
 from nlp_bench.train.optimizer import LossScaler
-from nlp_bench.train.schedule import LRSchedule
+from nlp_bench.train.lr_schedule import LRSchedule
 
 BASE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "16",
         "--micro-batch-size", "2", "--lr", "1e-3", "--train-iters", "3", "--mock-data", "--vocab-size", "100"]
@@ -45,7 +45,7 @@ def test_megatron_lr_schedule_in_samples():
     assert [lin.at(i) for i in (0, 5, 10)] == [1.0, 0.5, 0.0]
 
 
-def test_grid_order_is_tp_fastest():
+def test_rank_order_is_tp_fastest():
     # tp=2, dp=2, pp=2: ranks 0,1 share tp group; 0,2 share dp; 0,4 share pp
     assert [rank_of(t, 0, 0, 2, 2) for t in range(2)] == [0, 1]
     assert [rank_of(0, d, 0, 2, 2) for d in range(2)] == [0, 2]
@@ -149,14 +149,14 @@ def test_fp32_gradients_accumulate_in_the_flat_buffer(tmp_path):
     """The optimizer's speed rests on autograd adding into views of one buffer; check it really does."""
     import torch.distributed as dist
 
-    from nlp_bench.train.grid import build_grid
+    from nlp_bench.train.process_groups import build_process_groups
     from nlp_bench.train.optimizer import FlatAdam
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
-        grid = build_grid(1, 1)
+        groups = build_process_groups(1, 1)
         model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
-        opt = FlatAdam(model, grid, lr_betas_eps=(0.9, 0.999, 1e-8), weight_decay=0.0, clip_grad=0.0,
+        opt = FlatAdam(model, groups, lr_betas_eps=(0.9, 0.999, 1e-8), weight_decay=0.0, clip_grad=0.0,
                        distributed=False, scaler=None)
         buffer = (opt.main_grad.data_ptr(), opt.main_grad.data_ptr() + opt.main_grad.numel() * 4)
         for _ in range(2):  # two micro-batches accumulate

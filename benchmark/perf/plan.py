@@ -13,11 +13,11 @@ import argparse
 import statistics
 import time
 
-from nlp_bench.plan import points, rank
+from nlp_bench.plan import points, ranking
 from nlp_bench.plan.timing import Efficiency
 from nlp_bench.spec.benchmark import load_benchmark
 
-SPACE = rank.Space(nodes=(64, 96, 128), gas=(8, 16, 32))
+SPACE = ranking.Space(nodes=(64, 96, 128), gas=(8, 16, 32))
 
 
 def main() -> None:
@@ -25,15 +25,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     base = points.from_point(load_benchmark("nlp").point("175"))
-    count = sum(1 for _ in rank.candidates(base.model, base.system, SPACE, base.candidate))
+    count = sum(1 for _ in ranking.candidates(base.model, base.system, SPACE, base.candidate))
     enum_times, rank_times = [], []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        for _ in rank.candidates(base.model, base.system, SPACE, base.candidate):
+        for _ in ranking.candidates(base.model, base.system, SPACE, base.candidate):
             pass
         enum_times.append(time.perf_counter() - start)
         start = time.perf_counter()
-        good, pruned = rank.rank(base.model, base.system, SPACE, base.candidate, Efficiency())
+        good, pruned = ranking.rank(base.model, base.system, SPACE, base.candidate, Efficiency())
         rank_times.append(time.perf_counter() - start)
     t_enum, t_rank = statistics.median(enum_times), statistics.median(rank_times)
     print(f"{count:,} layouts ({len(good) + len(pruned):,} distinct): {len(good):,} fit and run, {len(pruned):,} pruned")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nlp_bench.analysis.results import rows_frame, run_rows
-from nlp_bench.sweep.workspace import find_run, list_runs
+from nlp_bench.workspace import find_run, list_runs
 
 
 def load_results(results_dir: str | Path = "results", runs: list[str] | None = None):

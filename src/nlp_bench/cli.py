@@ -91,7 +91,7 @@ def launch_options(command):
 def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, dry_run, wait_, hang_timeout, after,
         resume_ref) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm)."""
-    from nlp_bench.runner import LaunchOptions, execute_run, resume
+    from nlp_bench.app.execute import LaunchOptions, execute_run, resume
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
@@ -114,7 +114,7 @@ def _resume_takes_no(**given) -> None:
 
 def _refreshed(run_):
     """The run, with the state of every unfinished job asked of its executor first."""
-    from nlp_bench.launch.executor import refresh
+    from nlp_bench.launch.executors import refresh
 
     for point_dir in run_.point_dirs():
         refresh(point_dir)
@@ -141,7 +141,7 @@ def _refreshed(run_):
 def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, top, no_plan,
           wait_, hang_timeout, after, resume_ref) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints)."""
-    from nlp_bench.runner import LaunchOptions, execute_sweep, resume
+    from nlp_bench.app.execute import LaunchOptions, execute_sweep, resume
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
@@ -169,7 +169,7 @@ def status(ctx: click.Context, run_ref: str | None, watch: bool, interval: float
 
     from nlp_bench.launch import states
     from nlp_bench.report.status import point_status, status_table
-    from nlp_bench.sweep.workspace import find_run
+    from nlp_bench.workspace import find_run
 
     run_ = find_run(ctx.obj["results_dir"], run_ref)
 
@@ -198,8 +198,8 @@ def cancel(ctx: click.Context, run_ref: str, points: tuple[str, ...]) -> None:
     """Cancel the unfinished jobs of RUN, or only of the named POINTs."""
     from nlp_bench.errors import ResultError, unknown
     from nlp_bench.launch import states
-    from nlp_bench.launch.executor import get_executor
-    from nlp_bench.sweep.workspace import find_run
+    from nlp_bench.launch.executors import get_executor
+    from nlp_bench.workspace import find_run
 
     run_ = find_run(ctx.obj["results_dir"], run_ref)
     folders = {p.name: p for p in run_.point_dirs()}
@@ -235,7 +235,7 @@ def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, 
     """Print the result table of RUNs (run ids, prefixes or folders; default: the newest run)."""
     from nlp_bench.analysis.results import run_rows
     from nlp_bench.report.table import render, select
-    from nlp_bench.sweep.workspace import find_run, list_runs
+    from nlp_bench.workspace import find_run, list_runs
 
     rows = []
     if reference:
@@ -267,7 +267,7 @@ def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str,
     from nlp_bench.analysis.reference import compare, reference_rows
     from nlp_bench.analysis.results import run_rows
     from nlp_bench.report.compare import render_comparison
-    from nlp_bench.sweep.workspace import find_run
+    from nlp_bench.workspace import find_run
 
     references = reference_rows(reference_name)
     run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
@@ -281,7 +281,7 @@ def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str,
 def _gathered(ctx: click.Context, run_refs: tuple[str, ...]):
     """Run ids, table rows and analysed results (keyed by (run, point)) of RUNs (default: the newest)."""
     from nlp_bench.analysis.results import run_results
-    from nlp_bench.sweep.workspace import find_run
+    from nlp_bench.workspace import find_run
 
     ids, rows, results = [], [], {}
     for ref in run_refs or (None,):
@@ -335,7 +335,7 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
     """Write the result table of RUN to a file."""
     from nlp_bench.analysis.results import run_rows
     from nlp_bench.report.table import export
-    from nlp_bench.sweep.workspace import find_run
+    from nlp_bench.workspace import find_run
 
     run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
     export(run_rows(run_), fmt, output)
@@ -398,8 +398,8 @@ def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, t
     """Predict memory per device, tokens/s and time_to_report of layouts before running them, ranked."""
     import json
 
-    from nlp_bench import planner
-    from nlp_bench.report.plan import render_calibration, render_plan, render_target
+    from nlp_bench.app import planning
+    from nlp_bench.report.plan_text import render_calibration, render_plan, render_target
 
     results_dir = ctx.obj["results_dir"]
     if runs and not calibrate_:
@@ -407,7 +407,7 @@ def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, t
     if calibrate_:
         if not runs:
             raise click.UsageError("--calibrate needs RUN ids or `reference`")
-        click.echo(render_calibration(planner.calibrate_and_store(results_dir, list(runs), benchmark_name)), nl=False)
+        click.echo(render_calibration(planning.calibrate_and_store(results_dir, list(runs), benchmark_name)), nl=False)
         if tag is None and target_seconds is None and not nodes:
             return
     space = {"nodes": nodes, "tp": tp or None, "pp": pp or None, "vp": vp or None, "mbs": mbs or None,
@@ -415,13 +415,13 @@ def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, t
     if recompute:
         space["recompute"] = recompute
     if target_seconds is not None:
-        best, calibrated, base = planner.target(results_dir, benchmark_name, tag, system, space, target_seconds)
+        best, calibrated, base = planning.target(results_dir, benchmark_name, tag, system, space, target_seconds)
         if as_json:
             click.echo(json.dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated}], indent=2))
         else:
             click.echo(render_target(best, target_seconds, calibrated, base), nl=False)
         return
-    good, pruned, calibrated, base = planner.plan(results_dir, benchmark_name, tag, system, space, top)
+    good, pruned, calibrated, base = planning.plan(results_dir, benchmark_name, tag, system, space, top)
     if as_json:
         shown = good + pruned[:top]
         click.echo(json.dumps([{**p.to_dict(), "calibrated": calibrated} for p in shown], indent=2))

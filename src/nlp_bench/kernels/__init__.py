@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from nlp_bench.kernels import reference, select
-from nlp_bench.kernels.optimizer import FusedAdam
+from nlp_bench.kernels import eager, select
+from nlp_bench.kernels.fused_adam import FusedAdam
 from nlp_bench.kernels.select import KernelChoiceError, configure, describe, implementation
 
 __all__ = ["layer_norm", "rms_norm", "bias_gelu", "swiglu", "cross_entropy", "vocab_parallel_cross_entropy",
@@ -27,7 +27,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
         from nlp_bench.kernels import norms
 
         return norms.layer_norm(x, weight, bias, eps, select.persistent_layer_norm())
-    return reference.layer_norm(x, weight, bias, eps)
+    return eager.layer_norm(x, weight, bias, eps)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-5) -> torch.Tensor:
@@ -35,7 +35,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-5) ->
         from nlp_bench.kernels import norms
 
         return norms.rms_norm(x, weight, eps, select.persistent_layer_norm())
-    return reference.rms_norm(x, weight, eps)
+    return eager.rms_norm(x, weight, eps)
 
 
 def bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -44,7 +44,7 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         from nlp_bench.kernels import activations
 
         return activations.bias_gelu(x, bias)
-    return reference.bias_gelu(x, bias)
+    return eager.bias_gelu(x, bias)
 
 
 def swiglu(x: torch.Tensor) -> torch.Tensor:
@@ -53,7 +53,7 @@ def swiglu(x: torch.Tensor) -> torch.Tensor:
         from nlp_bench.kernels import activations
 
         return activations.swiglu(x)
-    return reference.swiglu(x)
+    return eager.swiglu(x)
 
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, vocab_start: int = 0, group=None,
@@ -65,7 +65,7 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, voc
         from nlp_bench.kernels import loss
 
         return loss.vocab_parallel_cross_entropy(logits, target, vocab_start, group, inplace_backward)
-    return reference.VocabParallelCrossEntropy.apply(logits, target, vocab_start, group)
+    return eager.VocabParallelCrossEntropy.apply(logits, target, vocab_start, group)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import triton
 import triton.language as tl
 
-from nlp_bench.kernels.reference import all_reduce
+from nlp_bench.kernels.eager import all_reduce
 
 BLOCK = 4096
 

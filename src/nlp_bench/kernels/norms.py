@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nlp_bench.kernels.launch import programs, row_block
+from nlp_bench.kernels.blocks import programs, row_block
 from nlp_bench.kernels.norm_settings import settings
 
 

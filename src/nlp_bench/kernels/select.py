@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import torch
 
 from nlp_bench.kernels import norm_settings
-from nlp_bench.kernels.launch import interpreting
+from nlp_bench.kernels.blocks import interpreting
 
 OPS = ("layer_norm", "rms_norm", "bias_gelu", "swiglu", "cross_entropy", "adam")
 ENV = "NLP_BENCH_KERNELS"

@@ -10,11 +10,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from nlp_bench.errors import LaunchError
 from nlp_bench.launch import states
-from nlp_bench.launch.executor import finish
-from nlp_bench.sweep.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT
+from nlp_bench.launch.outcome import finish
+from nlp_bench.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT, OUTPUTS
 
 #: The jobscript's last line; lets a later process learn the exit code of a job it did not start.
 _EXIT_LINE = re.compile(r"^nlp-bench: training exited with code (\d+)", re.M)
@@ -38,26 +40,40 @@ def slurm_environment(point_dir: Path) -> dict[str, str]:
 
 
 class LocalExecutor:
+    """Runs one point at a time on this machine; a chain runs as one process, script after script."""
+
     name = "local"
+    queues = False
+    holds_jobs = False
 
     def __init__(self) -> None:
         self._children: dict[str, subprocess.Popen] = {}
 
-    def submit(self, point_dir: Path) -> str:
+    def check_available(self) -> None:
+        """bash is all it needs, and every machine that runs bench has it."""
+
+    def submit(self, point_dir: Path, chain: Sequence[str] = (JOBSCRIPT,), after: Sequence[str] = ()) -> str:
+        if after:
+            raise LaunchError("the local executor runs points one after another and cannot hold a job until "
+                              "others end; --after needs a batch scheduler (a Slurm system)")
         point_dir = Path(point_dir).resolve()
+        *first, last = chain
+        # every script but the last writes its own output files and stops the chain when it fails
+        steps = "".join(f"bash ./{script} >{OUTPUTS[script][0]} 2>{OUTPUTS[script][1]} || exit $?; "
+                        for script in first)
         env = {**os.environ, **slurm_environment(point_dir), "MASTER_PORT": str(_free_port())}
         # torchrun and the trainer come from the environment bench itself runs in
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         with (point_dir / JOB_OUT).open("wb") as out, (point_dir / JOB_ERR).open("wb") as err:
             # `exec` keeps one process, so the job id (the shell's pid) is also the pid to watch and signal
             proc = subprocess.Popen(
-                ["bash", "-c", f'export SLURM_JOB_ID=$$ SLURM_JOBID=$$; exec bash ./{JOBSCRIPT}'],
+                ["bash", "-c", f"export SLURM_JOB_ID=$$ SLURM_JOBID=$$; {steps}exec bash ./{last}"],
                 cwd=point_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         job_id = str(proc.pid)
         self._children[job_id] = proc
-        states.record(point_dir, states.RUNNING, executor=self.name, job_id=job_id, submitted=states.now_iso(),
-                      started=states.now_iso())
+        states.record(point_dir, states.RUNNING, executor=self.name, job_id=job_id, chain_job_ids=[job_id] * len(chain),
+                      submitted=states.now_iso(), started=states.now_iso())
         return job_id
 
     def poll(self, point_dir: Path) -> str:

@@ -11,7 +11,7 @@ import jinja2
 
 from nlp_bench.paths import slurm_dir
 from nlp_bench.spec.benchmark import Point
-from nlp_bench.sweep.workspace import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT
+from nlp_bench.workspace import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT
 
 TEMPLATE = "jobscript.sbatch.j2"
 #: Seconds without a new iteration line after which a job's watchdog ends it. Generous: a 175B start-up

@@ -7,12 +7,13 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
 from nlp_bench.launch import states
-from nlp_bench.launch.executor import finish
-from nlp_bench.sweep.workspace import COMPILE_SCRIPT, JOB_OUT, JOBSCRIPT
+from nlp_bench.launch.outcome import finish
+from nlp_bench.workspace import JOB_OUT, JOBSCRIPT
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -29,6 +30,11 @@ def require(tool: str) -> str:
 
 class SlurmExecutor:
     name = "slurm"
+    queues = True
+    holds_jobs = True
+
+    def check_available(self) -> None:
+        require("sbatch")
 
     def _sbatch(self, point_dir: Path, script: str, options: list[str]) -> str:
         # sbatch hands the job this environment: put bench's own (torchrun, the trainer) first on PATH,
@@ -40,20 +46,20 @@ class SlurmExecutor:
             raise LaunchError(f"sbatch refused {Path(point_dir) / script}: {proc.stderr.strip() or proc.stdout.strip()}")
         return proc.stdout.strip().split(";")[0]
 
-    def submit(self, point_dir: Path, dependency: str | None = None) -> str:
-        job_id = self._sbatch(point_dir, JOBSCRIPT, [f"--dependency={dependency}"] if dependency else [])
-        states.record(point_dir, states.PENDING, executor=self.name, job_id=job_id, submitted=states.now_iso())
-        return job_id
-
-    def submit_chain(self, point_dir: Path, dependency: str | None = None) -> tuple[str, str]:
-        """The compile job, then the run job held until it completes; a failed compile cancels the run
-        (--kill-on-invalid-dep) instead of leaving it pending for ever. The point's state follows the run."""
-        compile_id = self._sbatch(point_dir, COMPILE_SCRIPT, [f"--dependency={dependency}"] if dependency else [])
-        after = f"afterok:{compile_id}" + (dependency[len("afterok"):] if dependency else "")
-        run_id = self._sbatch(point_dir, JOBSCRIPT, [f"--dependency={after}", "--kill-on-invalid-dep=yes"])
-        states.record(point_dir, states.PENDING, executor=self.name, job_id=run_id, compile_job_id=compile_id,
+    def submit(self, point_dir: Path, chain: Sequence[str] = (JOBSCRIPT,), after: Sequence[str] = ()) -> str:
+        """Each script of the chain held (afterok) until the one before it completed; a failed step cancels
+        the rest (--kill-on-invalid-dep) instead of leaving them pending for ever. The jobs in `after` hold
+        the first script only: the others wait on it anyway."""
+        ids: list[str] = []
+        for script in chain:
+            held = [ids[-1]] if ids else list(after)
+            options = [f"--dependency=afterok:{':'.join(held)}"] if held else []
+            if ids:
+                options.append("--kill-on-invalid-dep=yes")
+            ids.append(self._sbatch(point_dir, script, options))
+        states.record(point_dir, states.PENDING, executor=self.name, job_id=ids[-1], chain_job_ids=ids,
                       submitted=states.now_iso())
-        return compile_id, run_id
+        return ids[-1]
 
     def poll(self, point_dir: Path) -> str:
         info = states.load(point_dir) or {}

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench.fsio import write_json_atomic
-from nlp_bench.sweep.workspace import STATE_JSON, now_iso, read_optional
+from nlp_bench.workspace import STATE_JSON, now_iso, read_optional
 
 PENDING, RUNNING, COMPLETED, FAILED = "PENDING", "RUNNING", "COMPLETED", "FAILED"
 TIMEOUT, CANCELLED, NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"

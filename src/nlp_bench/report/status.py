@@ -8,7 +8,7 @@ from typing import Any
 
 from nlp_bench.analysis.parsers import parse_file
 from nlp_bench.fsio import read_json
-from nlp_bench.sweep.workspace import JOB_OUT, POINT_JSON, STATE_JSON, read_optional
+from nlp_bench.workspace import JOB_OUT, POINT_JSON, STATE_JSON, read_optional
 
 COLUMNS = ("point", "state", "job", "elapsed", "iteration", "tokens/s", "ETA", "failure")
 

@@ -1,1 +1,1 @@
-"""Which points to run, and the run workspace on disk."""
+"""Which points a sweep runs: grid files and the expressions in them."""

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from nlp_bench.train.args import UsageError
-from nlp_bench.train.grid import Grid
+from nlp_bench.train.process_groups import ProcessGroups
 from nlp_bench.train.optimizer import FlatAdam
 from nlp_bench.train.rng import ParallelRNG
 
@@ -34,8 +34,8 @@ SHAPE_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_s
                "num_layers_per_virtual_pipeline_stage")
 
 
-def _rank_dir(root: Path, iteration: int, grid: Grid) -> Path:
-    return root / f"iter_{iteration:07d}" / f"mp_rank_{grid.tp_rank:02d}_{grid.pp_rank:03d}"
+def _rank_dir(root: Path, iteration: int, groups: ProcessGroups) -> Path:
+    return root / f"iter_{iteration:07d}" / f"mp_rank_{groups.tp_rank:02d}_{groups.pp_rank:03d}"
 
 
 def _atomic_save(obj, path: Path) -> None:
@@ -44,21 +44,21 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save(root: str, iteration: int, step: int, args: Namespace, grid: Grid, stage: torch.nn.Module,
+def save(root: str, iteration: int, step: int, args: Namespace, groups: ProcessGroups, stage: torch.nn.Module,
          optimizer: FlatAdam, rng: ParallelRNG) -> Path:
-    folder = _rank_dir(Path(root), iteration, grid)
+    folder = _rank_dir(Path(root), iteration, groups)
     folder.mkdir(parents=True, exist_ok=True)
-    if grid.dp_rank == 0:
+    if groups.dp_rank == 0:
         _atomic_save({
             "iteration": iteration, "step": step, "shape": {k: getattr(args, k) for k in SHAPE_FLAGS},
-            "dp": grid.dp, "distributed_optimizer": optimizer.shards > 1, "model": stage.state_dict(),
+            "dp": groups.dp, "distributed_optimizer": optimizer.shards > 1, "model": stage.state_dict(),
             "rng": {"cpu": torch.get_rng_state(), "tp_stream": rng._state.clone(),
                     "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None},
         }, folder / "model_rng.pt")
-    if optimizer.shards > 1 or grid.dp_rank == 0:
-        _atomic_save(optimizer.state(), folder / f"optim_dp{grid.dp_rank:03d}.pt")
+    if optimizer.shards > 1 or groups.dp_rank == 0:
+        _atomic_save(optimizer.state(), folder / f"optim_dp{groups.dp_rank:03d}.pt")
     dist.barrier()
-    if grid.rank == 0:
+    if groups.rank == 0:
         (Path(root) / LATEST).write_text(f"{iteration}\n")
     dist.barrier()
     return folder.parent
@@ -74,16 +74,16 @@ def latest(root: str) -> int | None:
         raise UsageError(f"{marker} does not hold an iteration number") from None
 
 
-def load(root: str, args: Namespace, grid: Grid, stage: torch.nn.Module, optimizer: FlatAdam,
+def load(root: str, args: Namespace, groups: ProcessGroups, stage: torch.nn.Module, optimizer: FlatAdam,
          rng: ParallelRNG) -> tuple[int, int]:
     """(iteration, schedule step) of the newest checkpoint under root, restored into the run."""
     iteration = latest(root)
     if iteration is None:
         return 0, 0
-    folder = _rank_dir(Path(root), iteration, grid)
+    folder = _rank_dir(Path(root), iteration, groups)
     path = folder / "model_rng.pt"
     if not path.is_file():
-        raise UsageError(f"checkpoint {folder.parent} has no shard for tp rank {grid.tp_rank}, pp rank {grid.pp_rank} "
+        raise UsageError(f"checkpoint {folder.parent} has no shard for tp rank {groups.tp_rank}, pp rank {groups.pp_rank} "
                          f"(saved with another tensor/pipeline layout?)")
     saved = torch.load(path, map_location="cpu", weights_only=False)
     mismatched = [f"--{k.replace('_', '-')} {saved['shape'][k]} (now {getattr(args, k)})"

@@ -28,15 +28,15 @@ class IntervalLog:
     NaN iterations, and wall time without evaluation or checkpoint saving. `emit` prints the line, and
     writes the TensorBoard scalars, on the last rank."""
 
-    def __init__(self, grid, global_batch: int, seq_length: int, flops_per_iteration: float,
+    def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float,
                  tensorboard_dir: str | None) -> None:
         import time
 
         self._clock = time.perf_counter
-        self.grid, self.global_batch, self.seq_length = grid, global_batch, seq_length
+        self.groups, self.global_batch, self.seq_length = groups, global_batch, seq_length
         self.flops_per_iteration = flops_per_iteration
         self.board = None
-        if tensorboard_dir and grid.rank == grid.world - 1:
+        if tensorboard_dir and groups.rank == groups.world - 1:
             from torch.utils.tensorboard import SummaryWriter
 
             self.board = SummaryWriter(log_dir=tensorboard_dir)
@@ -49,7 +49,7 @@ class IntervalLog:
     def add(self, losses: list[float], skipped: bool) -> None:
         self.iterations += 1
         self.skipped += int(skipped)
-        if self.grid.is_last_stage and losses:
+        if self.groups.is_last_stage and losses:
             loss = sum(losses) / len(losses)
             if math.isfinite(loss):
                 self.loss += loss
@@ -69,10 +69,10 @@ class IntervalLog:
 
         seconds = (self._clock() - self.started) / max(self.iterations, 1)
         sums = torch.tensor([self.loss, float(self.counted)], dtype=torch.float64)
-        collectives.all_reduce(sums, self.grid.dp_group)
-        if self.grid.rank == self.grid.world - 1:
+        collectives.all_reduce(sums, self.groups.dp_group)
+        if self.groups.rank == self.groups.world - 1:
             loss = sums[0].item() / max(sums[1].item(), 1.0)
-            tflops = flops.tflops_per_device(self.flops_per_iteration, seconds, self.grid.world)
+            tflops = flops.tflops_per_device(self.flops_per_iteration, seconds, self.groups.world)
             if self.board is not None:
                 for tag, value in (("lm loss", loss), ("learning-rate", lr), ("loss-scale", loss_scale),
                                    ("grad-norm", grad_norm), ("iteration-time", seconds),

@@ -1,4 +1,4 @@
-"""The training loop: check the layout, set up the grid, this rank's model chunks and the optimizer, run
+"""The training loop: check the layout, set up the process groups, this rank's model chunks and the optimizer, run
 iterations with the schedule, print Megatron's log line."""
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ import torch.distributed as dist
 from nlp_bench import flops, kernels
 from nlp_bench.errors import BenchError
 from nlp_bench.spec.models import pad_vocab
-from nlp_bench.train import checkpoint, collectives, schedules
+from nlp_bench.train import checkpoint, collectives, pipeline
 from nlp_bench.train.args import UsageError, parse_args
-from nlp_bench.train.data import IndexedData, MockData
-from nlp_bench.train.grid import Grid, build_grid
+from nlp_bench.train.batches import IndexedData, MockData
+from nlp_bench.train.process_groups import ProcessGroups, build_process_groups
 from nlp_bench.train.layers import TensorParallel
 from nlp_bench.train.logline import IntervalLog
 from nlp_bench.train.model import GPTConfig, GPTStage, ModelChunks
 from nlp_bench.train.optimizer import FlatAdam, LossScaler
 from nlp_bench.train.rng import ParallelRNG
-from nlp_bench.train.schedule import from_args
+from nlp_bench.train.lr_schedule import from_args
 from nlp_bench.train.xla import STAND_IN, XlaRuntime
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -128,21 +128,21 @@ def exit_reason(args: Namespace, iteration: int, t_start: float, signals: Signal
     return ", ".join(reasons) or None
 
 
-def evaluate(args: Namespace, grid: Grid, model: ModelChunks, valid, number: int, iteration: int,
+def evaluate(args: Namespace, groups: ProcessGroups, model: ModelChunks, valid, number: int, iteration: int,
              activation_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gas: int) -> None:
     """--eval-iters global batches of the validation split, forward only; Megatron's validation lines."""
     gbs, mbs = args.global_batch_size, args.micro_batch_size
     model.eval()
     total, count = 0.0, 0
     for j in range(args.eval_iters):
-        first = (number * args.eval_iters + j) * gbs + grid.dp_rank * gas * mbs
+        first = (number * args.eval_iters + j) * gbs + groups.dp_rank * gas * mbs
         batches = [tuple(t.to(device) for t in valid.batch(first + i * mbs, mbs)) for i in range(gas)]
-        losses = schedules.forward_only(model, grid, batches, activation_shape, dtype, device)
+        losses = pipeline.forward_only(model, groups, batches, activation_shape, dtype, device)
         total, count = total + sum(losses), count + len(losses)
     model.train()
     sums = torch.tensor([total, float(count)], dtype=torch.float64)
-    collectives.all_reduce(sums, grid.dp_group)
-    if grid.rank == grid.world - 1:
+    collectives.all_reduce(sums, groups.dp_group)
+    if groups.rank == groups.world - 1:
         loss = sums[0].item() / max(sums[1].item(), 1.0)
         line = (f" validation loss at iteration {iteration} | lm loss value: {loss:.6E} |"
                 f" lm loss PPL: {math.exp(min(20.0, loss)):.6E} |")
@@ -158,14 +158,14 @@ def unfused_ops(args: Namespace) -> dict[str, str]:
     return {op: flag[op] for op, is_off in off.items() if is_off}
 
 
-def say(grid: Grid, text: str) -> None:
-    if grid.rank == 0:
+def say(groups: ProcessGroups, text: str) -> None:
+    if groups.rank == 0:
         print(f"nlp-bench trainer: {text}", flush=True)
 
 
-def build_model(args: Namespace, grid: Grid, device: torch.device,
+def build_model(args: Namespace, groups: ProcessGroups, device: torch.device,
                 dtype: torch.dtype) -> tuple[ModelChunks, ParallelRNG]:
-    vocab_padded = pad_vocab(args.vocab_size, grid.tp, args.make_vocab_size_divisible_by)
+    vocab_padded = pad_vocab(args.vocab_size, groups.tp, args.make_vocab_size_divisible_by)
     cfg = GPTConfig(
         args.num_layers, args.hidden_size, args.num_attention_heads, args.ffn_hidden_size, args.seq_length,
         args.max_position_embeddings, vocab_padded, args.position_embedding_type, args.init_method_std,
@@ -173,14 +173,14 @@ def build_model(args: Namespace, grid: Grid, device: torch.device,
         args.masked_softmax_fusion, args.normalization, args.swiglu, args.untie_embeddings_and_output_weights,
         args.recompute_granularity, args.recompute_method or "uniform", args.recompute_num_layers or 1, args.seed,
     )
-    tp = TensorParallel(grid.tp, grid.tp_rank, grid.tp_group, args.sequence_parallel)
-    rng = ParallelRNG(args.seed, grid.tp_rank, device)
-    per_chunk = args.num_layers_per_virtual_pipeline_stage or args.num_layers // grid.pp
-    virtual = args.num_layers // (per_chunk * grid.pp)
+    tp = TensorParallel(groups.tp, groups.tp_rank, groups.tp_group, args.sequence_parallel)
+    rng = ParallelRNG(args.seed, groups.tp_rank, device)
+    per_chunk = args.num_layers_per_virtual_pipeline_stage or args.num_layers // groups.pp
+    virtual = args.num_layers // (per_chunk * groups.pp)
     chunks = ModelChunks()
     for c in range(virtual):  # chunk c of this rank is virtual stage c * pp + pp_rank
-        index = c * grid.pp + grid.pp_rank
-        chunks.append(GPTStage(cfg, tp, rng, index * per_chunk, per_chunk, index == 0, index == virtual * grid.pp - 1))
+        index = c * groups.pp + groups.pp_rank
+        chunks.append(GPTStage(cfg, tp, rng, index * per_chunk, per_chunk, index == 0, index == virtual * groups.pp - 1))
     return chunks.to(device=device, dtype=dtype), rng
 
 
@@ -208,47 +208,47 @@ def train(args: Namespace) -> int:
         raise UsageError(str(exc)) from None
     xla = XlaRuntime() if args.distributed_backend == "xla" else None  # torch_xla missing: one line, here
     device = init_distributed(args.distributed_backend, xla)
-    grid = build_grid(args.tensor_model_parallel_size, args.pipeline_model_parallel_size)
+    groups = build_process_groups(args.tensor_model_parallel_size, args.pipeline_model_parallel_size)
     gbs, mbs = args.global_batch_size, args.micro_batch_size
     # on xla, XLA_USE_BF16=1 (the Neuron examples' switch) means bf16 as --bf16 does
     xla_bf16 = xla is not None and os.environ.get("XLA_USE_BF16") == "1" and not args.fp16
     precision = "bf16" if args.bf16 or xla_bf16 else "fp16" if args.fp16 else "fp32"
     dtype = DTYPES[precision]
-    torch.manual_seed(args.seed + 100 * grid.pp_rank)
-    model, rng = build_model(args, grid, device, dtype)
+    torch.manual_seed(args.seed + 100 * groups.pp_rank)
+    model, rng = build_model(args, groups, device, dtype)
     scaler = (LossScaler(args.initial_loss_scale, args.loss_scale_window, args.hysteresis, args.min_loss_scale)
               if args.fp16 else None)
-    optimizer = FlatAdam(model, grid, lr_betas_eps=(args.adam_beta1, args.adam_beta2, args.adam_eps),
+    optimizer = FlatAdam(model, groups, lr_betas_eps=(args.adam_beta1, args.adam_beta2, args.adam_eps),
                          weight_decay=args.weight_decay, clip_grad=args.clip_grad,
                          distributed=args.use_distributed_optimizer, scaler=scaler, micro_batches=gas,
-                         bucket_size=args.ddp_bucket_size or max(40_000_000, 1_000_000 * grid.dp))
+                         bucket_size=args.ddp_bucket_size or max(40_000_000, 1_000_000 * groups.dp))
     shape = flops.Shape(gbs, args.seq_length, args.num_layers, args.hidden_size, model[0].cfg.vocab_padded,
                         args.ffn_hidden_size, swiglu=args.swiglu, recompute=args.recompute_granularity is not None)
     flops_per_iter = flops.jupiter_flops(shape)
-    seq_local = args.seq_length // grid.tp if args.sequence_parallel else args.seq_length
+    seq_local = args.seq_length // groups.tp if args.sequence_parallel else args.seq_length
     activation_shape = (seq_local, mbs, args.hidden_size)
 
     libraries = (f" (CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))})"
                  if torch.cuda.is_available() else "")
-    say(grid, f"torch {torch.__version__}{libraries}, backend {args.distributed_backend}, device {device.type}, "
+    say(groups, f"torch {torch.__version__}{libraries}, backend {args.distributed_backend}, device {device.type}, "
               f"{torch.get_num_threads()} threads per rank, {precision}")
-    say(grid, f"world {grid.world} = tp {grid.tp} x pp {grid.pp} x dp {grid.dp}; micro batch {mbs}, {gas} "
+    say(groups, f"world {groups.world} = tp {groups.tp} x pp {groups.pp} x dp {groups.dp}; micro batch {mbs}, {gas} "
               f"micro-batches per iteration, global batch {gbs}, sequence {args.seq_length}; sequence parallel "
               f"{'on' if args.sequence_parallel else 'off'}, distributed optimizer "
               f"{'on' if args.use_distributed_optimizer else 'off'}, recompute {args.recompute_granularity or 'none'}")
-    say(grid, f"model {args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
+    say(groups, f"model {args.num_layers} layers, hidden {args.hidden_size}, {args.num_attention_heads} heads, "
               f"ffn {args.ffn_hidden_size} ({'SwiGLU' if args.swiglu else 'GeLU'}), vocab {args.vocab_size} padded "
               f"to {model[0].cfg.vocab_padded}, {sum(p.numel() for p in model.parameters()):,} parameters on rank 0, "
               f"position embedding {args.position_embedding_type}")
-    say(grid, f"{kernels.describe()}; attention "
+    say(groups, f"{kernels.describe()}; attention "
               f"{'scaled_dot_product_attention' if args.masked_softmax_fusion else 'unfused (--no-masked-softmax-fusion)'}")
-    say(grid, f"TFLOPs in the log use the {flops.JUPITER} convention; training {iterations} iterations on "
+    say(groups, f"TFLOPs in the log use the {flops.JUPITER} convention; training {iterations} iterations on "
               f"{'mock data' if args.mock_data else args.data_path[0]}")
 
-    start, step = checkpoint.load(args.load, args, grid, model, optimizer, rng) if args.load else (0, 0)
+    start, step = checkpoint.load(args.load, args, groups, model, optimizer, rng) if args.load else (0, 0)
     if start:
-        say(grid, f"resumed from {args.load} at iteration {start}")
-    log = IntervalLog(grid, gbs, args.seq_length, flops_per_iter, args.tensorboard_dir)
+        say(groups, f"resumed from {args.load} at iteration {start}")
+    log = IntervalLog(groups, gbs, args.seq_length, flops_per_iter, args.tensorboard_dir)
     norm, in_flight, iteration = 0.0, 0, start
     evaluated = start // args.eval_interval if valid is not None else 0
     signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None
@@ -257,10 +257,10 @@ def train(args: Namespace) -> int:
     for iteration in range(start + 1, iterations + 1):
         lr = schedule.at(step)
         optimizer.zero_grad()
-        first = (iteration - 1) * gbs + grid.dp_rank * gas * mbs
+        first = (iteration - 1) * gbs + groups.dp_rank * gas * mbs
         batches = [data.batch(first + i * mbs, mbs) for i in range(gas)]
         batches = xla.to_device(batches, device) if xla else [tuple(t.to(device) for t in b) for b in batches]
-        stats = schedules.run(model, grid, batches, optimizer.loss_scale, activation_shape, dtype, device)
+        stats = pipeline.run(model, groups, batches, optimizer.loss_scale, activation_shape, dtype, device)
         in_flight = max(in_flight, stats.max_in_flight)
         if args.inject_inf_grad_at_iteration == iteration:
             optimizer.main_grad.fill_(float("inf"))
@@ -277,23 +277,23 @@ def train(args: Namespace) -> int:
             log.emit(iteration, iterations, schedule.at(step), optimizer.loss_scale, norm)
         if valid is not None and (iteration % args.eval_interval == 0 or iteration == iterations):
             t_eval = time.perf_counter()
-            evaluate(args, grid, model, valid, evaluated, iteration, activation_shape, dtype, device, gas)
+            evaluate(args, groups, model, valid, evaluated, iteration, activation_shape, dtype, device, gas)
             evaluated += 1
             log.exclude(time.perf_counter() - t_eval)  # evaluation is not iteration time
         stop = exit_reason(args, iteration, t_start, signals)
         if args.save and (stop or iteration == iterations
                           or (args.save_interval and iteration % args.save_interval == 0)):
             t_save = time.perf_counter()
-            folder = checkpoint.save(args.save, iteration, step, args, grid, model, optimizer, rng)
-            say(grid, f"saved checkpoint {folder} in {time.perf_counter() - t_save:.1f} s")
+            folder = checkpoint.save(args.save, iteration, step, args, groups, model, optimizer, rng)
+            say(groups, f"saved checkpoint {folder} in {time.perf_counter() - t_save:.1f} s")
             log.exclude(time.perf_counter() - t_save)  # as Megatron: saving is not iteration time
         if stop:
-            say(grid, f"stopping after iteration {iteration}: {stop}")
+            say(groups, f"stopping after iteration {iteration}: {stop}")
             break
     log.close()
     if xla is not None:
-        say(grid, f"xla: {xla.syncs} step graph executions{' (CPU stand-in, ' + STAND_IN + '=1)' if xla.stand_in else ''}")
-    say(grid, f"finished at iteration {iteration} of {iterations} after {time.perf_counter() - t_start:.1f} s; the "
+        say(groups, f"xla: {xla.syncs} step graph executions{' (CPU stand-in, ' + STAND_IN + '=1)' if xla.stand_in else ''}")
+    say(groups, f"finished at iteration {iteration} of {iterations} after {time.perf_counter() - t_start:.1f} s; the "
               f"first pipeline stage held at most {in_flight} forward passes' activations at once; "
               f"{optimizer.overlapped} of {len(optimizer.buckets) * (iteration - start)} data-parallel gradient "
               f"buckets were reduced during the backward pass")

@@ -17,7 +17,7 @@ from torch import nn
 
 from nlp_bench import kernels
 from nlp_bench.train import collectives
-from nlp_bench.train.grid import Grid
+from nlp_bench.train.process_groups import ProcessGroups
 
 
 @dataclass
@@ -60,10 +60,10 @@ class FlatAdam:
     overlaps the rest of the backward pass.
     """
 
-    def __init__(self, model: nn.Module, grid: Grid, *, lr_betas_eps: tuple[float, float, float], weight_decay: float,
+    def __init__(self, model: nn.Module, groups: ProcessGroups, *, lr_betas_eps: tuple[float, float, float], weight_decay: float,
                  clip_grad: float, distributed: bool, scaler: LossScaler | None, micro_batches: int = 1,
                  bucket_size: int = 40_000_000) -> None:
-        self.model, self.grid, self.scaler = model, grid, scaler
+        self.model, self.groups, self.scaler = model, groups, scaler
         self.beta1, self.beta2, self.eps = lr_betas_eps
         self.weight_decay, self.clip_grad = weight_decay, clip_grad
         tied = {id(p) for p in model.tied_weights()} if hasattr(model, "tied_weights") else set()
@@ -72,7 +72,7 @@ class FlatAdam:
         self.params = [p for p in backward_order if id(p) not in tied] + [p for p in backward_order if id(p) in tied]
         device = self.params[0].device
         numel = sum(p.numel() for p in self.params)
-        self.shards = grid.dp if distributed else 1
+        self.shards = groups.dp if distributed else 1
         padded = -(-numel // self.shards) * self.shards
         self.fp32 = all(p.dtype == torch.float32 for p in self.params)
         self.main_grad = torch.zeros(padded, dtype=torch.float32, device=device)
@@ -95,7 +95,7 @@ class FlatAdam:
                 p.grad = p.main_grad  # autograd adds into the buffer in place
             p.register_post_accumulate_grad_hook(self._on_grad)
             # the global norm counts tp shards on every rank, replicated tensors and tied copies once
-            once = getattr(p, "tensor_parallel", False) or grid.tp_rank == 0
+            once = getattr(p, "tensor_parallel", False) or groups.tp_rank == 0
             counted[offset:offset + n] = 1.0 if once and not getattr(p, "shared_copy", False) else 0.0
             offset += n
             if id(p) in tied:
@@ -108,12 +108,12 @@ class FlatAdam:
                 bucket_start, bucket_params = offset, 0
         if bucket_params:  # the tied copies, last in the buffer, stay outside
             self.buckets.append((bucket_start, offset - sum(p.numel() for p in self._late), bucket_params))
-        self.overlap = self.shards == 1 and grid.dp > 1
+        self.overlap = self.shards == 1 and groups.dp > 1
         self._ready = [0] * len(self.buckets)
         self._pending: dict[int, object] = {}
         self.overlapped = 0  # buckets reduced during the backward pass, over the whole run
         self.shard_size = padded // self.shards
-        lo = (grid.dp_rank if distributed else 0) * self.shard_size
+        lo = (groups.dp_rank if distributed else 0) * self.shard_size
         self.range = slice(lo, lo + self.shard_size)
         # fp32: the master shard is the parameters' own memory; bf16/fp16: a shard of the fp32 copy
         self.flat = flat
@@ -123,16 +123,16 @@ class FlatAdam:
         self.grad_shard = self.main_grad if self.shards == 1 else torch.zeros_like(self.master)
         # a fused AdamW (nlp_bench.kernels' on a GPU, else torch's) on views of the master shard: matrices
         # decay, biases and norms do not
-        groups: dict[float, list[nn.Parameter]] = {weight_decay: [], 0.0: []}
+        by_decay: dict[float, list[nn.Parameter]] = {weight_decay: [], 0.0: []}
         self._views: list[tuple[nn.Parameter, int, int]] = []  # (view, start, end) within the shard
         for p, start in zip(self.params, offsets):
             a, b = max(start, lo), min(start + p.numel(), lo + self.shard_size)
             if b > a:
                 view = nn.Parameter(self.master[a - lo:b - lo], requires_grad=False)
                 view.grad = self.grad_shard[a - lo:b - lo]
-                groups[weight_decay if p.ndim >= 2 else 0.0].append(view)
+                by_decay[weight_decay if p.ndim >= 2 else 0.0].append(view)
                 self._views.append((view, a - lo, b - lo))
-        param_groups = [{"params": v, "weight_decay": wd} for wd, v in groups.items() if v]
+        param_groups = [{"params": v, "weight_decay": wd} for wd, v in by_decay.items() if v]
         if kernels.select.runs_triton("adam", self.master):
             self.adam = kernels.FusedAdam(param_groups, lr=0.0, betas=(self.beta1, self.beta2), eps=self.eps,
                                           use_triton=True)
@@ -154,7 +154,7 @@ class FlatAdam:
             self._ready[b] += 1
             if self._ready[b] == self.buckets[b][2]:
                 start, end, _ = self.buckets[b]
-                self._pending[b] = collectives.all_reduce_async(self.main_grad[start:end], self.grid.dp_group)
+                self._pending[b] = collectives.all_reduce_async(self.main_grad[start:end], self.groups.dp_group)
 
     @property
     def loss_scale(self) -> float:
@@ -166,23 +166,23 @@ class FlatAdam:
         self._ready = [0] * len(self.buckets)
 
     def _reduce(self) -> None:
-        grid = self.grid
+        groups = self.groups
         if self.shards > 1:
-            collectives.all_reduce_grads([p.main_grad for p in self._late], grid.embedding_group)
-            collectives.reduce_scatter_flat(self.main_grad, self.grad_shard, grid.dp_group)
+            collectives.all_reduce_grads([p.main_grad for p in self._late], groups.embedding_group)
+            collectives.reduce_scatter_flat(self.main_grad, self.grad_shard, groups.dp_group)
         else:
             for b, (start, end, _) in enumerate(self.buckets):
                 if b in self._pending:
                     self._pending.pop(b).wait()
                     self.overlapped += 1
                 else:  # a bucket the backward pass did not complete (e.g. a parameter without gradient)
-                    collectives.all_reduce(self.main_grad[start:end], grid.dp_group)
+                    collectives.all_reduce(self.main_grad[start:end], groups.dp_group)
             late = [p.main_grad for p in self._late]
-            collectives.all_reduce_grads(late, grid.embedding_group)
-            collectives.all_reduce_grads(late, grid.dp_group)
+            collectives.all_reduce_grads(late, groups.embedding_group)
+            collectives.all_reduce_grads(late, groups.dp_group)
         # sums commute: summing sequence-parallel gradients over tp after dp gives the same numbers
-        collectives.all_reduce_grads(self._sp_grads(), grid.tp_group)
-        self.grad_shard.div_(grid.dp * self.loss_scale)
+        collectives.all_reduce_grads(self._sp_grads(), groups.tp_group)
+        self.grad_shard.div_(groups.dp * self.loss_scale)
 
     def _sp_grads(self) -> list[torch.Tensor]:
         """This rank's part of the gradients of sequence-parallel parameters (in the shard, if sharded)."""
@@ -200,9 +200,9 @@ class FlatAdam:
         g = self.grad_shard if self.counted is None else self.grad_shard[self.counted]
         sq = torch.linalg.vector_norm(g).double().square().reshape(1)
         if self.shards > 1:
-            collectives.all_reduce(sq, self.grid.dp_group)
-        collectives.all_reduce(sq, self.grid.tp_group)
-        collectives.all_reduce(sq, self.grid.pp_group)
+            collectives.all_reduce(sq, self.groups.dp_group)
+        collectives.all_reduce(sq, self.groups.tp_group)
+        collectives.all_reduce(sq, self.groups.pp_group)
         return math.sqrt(sq.item())
 
     def step(self, lr: float) -> tuple[bool, float]:
@@ -261,7 +261,7 @@ class FlatAdam:
 
     def _write_back(self) -> None:
         if self.shards > 1:
-            collectives.all_gather_flat(self.master.clone(), self.flat, self.grid.dp_group)
+            collectives.all_gather_flat(self.master.clone(), self.flat, self.groups.dp_group)
         if self.fp32:
             return  # the parameters are views of self.flat
         offset = 0

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import torch
 
-from nlp_bench.kernels import reference, select
+from nlp_bench.kernels import eager, select
 
 
 class FusedAdam(torch.optim.Optimizer):
@@ -64,7 +64,7 @@ class FusedAdam(torch.optim.Optimizer):
                     adam_step(master, p.grad.contiguous(), state["exp_avg"], state["exp_avg_sq"],
                               None if master is p else p, **args)
                 else:
-                    reference.adam_step(master, p.grad, state["exp_avg"], state["exp_avg_sq"], **args)
+                    eager.adam_step(master, p.grad, state["exp_avg"], state["exp_avg_sq"], **args)
                     if master is not p:
                         p.copy_(master)
         return loss

@@ -14,12 +14,13 @@ from nlp_bench.analysis import parsers
 from nlp_bench.analysis.results import run_rows
 from nlp_bench.errors import SpecError
 from nlp_bench.launch import states
-from nlp_bench.launch.executor import get_executor, wait
+from nlp_bench.launch.executor import Executor, wait
+from nlp_bench.launch.executors import get_executor
 from nlp_bench.launch.render import render_compile_script, render_jobscript
 from nlp_bench.report.table import render
 from nlp_bench.spec.benchmark import Point, load_benchmark
 from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.sweep.workspace import (COMPILE_SCRIPT, JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, PREDICTION_JSON, argv,
+from nlp_bench.workspace import (COMPILE_SCRIPT, JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, PREDICTION_JSON, argv,
                                        create_run, write_point)
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -34,16 +35,17 @@ class LaunchOptions:
     #: Slurm job ids the new jobs wait for (afterok): they start only if those completed
     after: str | None = None
 
-    def check(self, executor_name: str) -> None:
+    def check(self, executor: Executor) -> None:
         if self.after is not None:
-            if executor_name != "slurm":
-                raise SpecError("--after needs a Slurm system: local points run one after another anyway")
+            if not executor.holds_jobs:
+                raise SpecError(f"--after needs an executor that holds jobs until others end; {executor.name} "
+                                "runs points one after another anyway")
             if not re.fullmatch(r"\d+(_\d+)?(:\d+(_\d+)?)*", self.after):
-                raise SpecError(f"--after takes Slurm job ids joined by ':' (e.g. 1234:1240), got {self.after!r}")
+                raise SpecError(f"--after takes job ids joined by ':' (e.g. 1234:1240), got {self.after!r}")
 
     @property
-    def dependency(self) -> str | None:
-        return f"afterok:{self.after}" if self.after else None
+    def after_ids(self) -> tuple[str, ...]:
+        return tuple(self.after.split(":")) if self.after else ()
 
 
 def say(text: str) -> None:
@@ -118,7 +120,7 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
     """`bench sweep`: every point of a grid file, with every dropped point and its reason kept. Points the
     planner predicts not to fit in device memory are dropped too (with the predicted memory), and with
     `top` only the K points it predicts fastest are run (`keep_unfit`: trust the grid, not the planner)."""
-    from nlp_bench.planner import select_points
+    from nlp_bench.app.planning import select_points
     from nlp_bench.sweep.grid import LAYOUT, expand, load_grid
 
     grid = load_grid(grid_path)
@@ -145,16 +147,11 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
 def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], dry_run: bool,
              extra: dict, options: LaunchOptions) -> int:
     system = points[0].system
-    options.check(system.executor)
-    if system.compile_command and system.executor != "slurm":
-        raise SpecError(f"system {system.name!r} compiles ahead (compile_command) and that chain needs the slurm "
-                        "executor")
-    executor = None if dry_run else get_executor(system.executor)
-    if system.executor == "slurm" and not dry_run:
-        from nlp_bench.launch.slurm import require
-
-        require("sbatch")  # fail before a workspace is written
-    from nlp_bench.planner import predictions
+    executor = get_executor(system.executor)
+    options.check(executor)
+    if not dry_run:
+        executor.check_available()  # fail before a workspace is written
+    from nlp_bench.app.planning import predictions
 
     run = create_run(results_dir, benchmark, tag, system.name, points, argv(), **extra)
     folders = [write_point(run, p, render_jobscript(p, options.hang_timeout_s), render_compile_script(p))
@@ -179,22 +176,29 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
     return _launch(run, executor, folders, options)
 
 
-def _launch(run, executor, folders: list[Path], options: LaunchOptions) -> int:
-    """Submit (Slurm) or run one after another (local) the given points of a run."""
-    if executor.name == "slurm":
+def _chain(folder: Path) -> tuple[str, ...]:
+    """The point's scripts in the order they run: the compile job first where the system compiles ahead."""
+    return (COMPILE_SCRIPT, JOBSCRIPT) if (folder / COMPILE_SCRIPT).is_file() else (JOBSCRIPT,)
+
+
+def _launch(run, executor: Executor, folders: list[Path], options: LaunchOptions) -> int:
+    """Submit every point where the executor queues jobs; else run them one after another, watching each."""
+    if executor.queues:
         for folder in folders:
-            if (folder / COMPILE_SCRIPT).is_file():
-                compile_id, run_id = executor.submit_chain(folder, dependency=options.dependency)
-                say(f"  {folder.name}: Slurm compile job {compile_id}, then run job {run_id} (afterok)")
+            chain = _chain(folder)
+            job_id = executor.submit(folder, chain, options.after_ids)
+            if len(chain) > 1:
+                compile_id = (states.load(folder) or {}).get("chain_job_ids", ["?"])[0]
+                say(f"  {folder.name}: {executor.name} compile job {compile_id}, then run job {job_id} (afterok)")
             else:
-                say(f"  {folder.name}: Slurm job {executor.submit(folder, dependency=options.dependency)}")
+                say(f"  {folder.name}: {executor.name} job {job_id}")
         if not options.wait:
             say(f"  when they end: bench result table {run.id}")
             return 0
         return _wait_all(run, executor, folders)
     failed = 0
     for folder in folders:
-        executor.submit(folder)
+        executor.submit(folder, _chain(folder), options.after_ids)
         try:
             final = _watch(executor, folder)
         except KeyboardInterrupt:
@@ -235,8 +239,8 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptio
     """Run again every point of a run that has not completed; finished results are never touched, jobs
     still queued or running are left alone, and a failed attempt's output is kept as job.out.N.
     With dry_run, only say which points that would be."""
-    from nlp_bench.launch.executor import refresh
-    from nlp_bench.sweep.workspace import RESULT_JSON, find_run
+    from nlp_bench.launch.executors import refresh
+    from nlp_bench.workspace import RESULT_JSON, find_run
 
     run = find_run(results_dir, run_ref)
     todo, skipped = [], []
@@ -254,13 +258,9 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptio
             say(f"  would run again {folder.name}")
     if not todo or dry_run:
         return 0
-    executor_name = read_json(todo[0] / POINT_JSON)["system_info"]["executor"]
-    options.check(executor_name)
-    executor = get_executor(executor_name)
-    if executor_name == "slurm":
-        from nlp_bench.launch.slurm import require
-
-        require("sbatch")
+    executor = get_executor(read_json(todo[0] / POINT_JSON)["system_info"]["executor"])
+    options.check(executor)
+    executor.check_available()
     for folder in todo:
         attempt = 1
         while (folder / f"{JOB_OUT}.{attempt}").exists():

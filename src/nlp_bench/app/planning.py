@@ -9,8 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from nlp_bench.errors import PlanError
-from nlp_bench.plan import calibrate, points, rank, timing
-from nlp_bench.plan.rank import Prediction, Space
+from nlp_bench.plan import calibrate, points, ranking, timing
+from nlp_bench.plan.ranking import Prediction, Space
 from nlp_bench.spec.benchmark import load_benchmark
 
 #: The keys every object of `bench plan --json` has (README, "Planning"; tests pin them).
@@ -26,7 +26,7 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
     eff, calibrated = calibrate.load(results_dir, base.system.name)
     nodes = space.pop("nodes") or (base.candidate.nodes,)
     try:
-        good, pruned = rank.rank(base.model, base.system, Space(nodes=tuple(nodes), **space), base.candidate, eff,
+        good, pruned = ranking.rank(base.model, base.system, Space(nodes=tuple(nodes), **space), base.candidate, eff,
                                  base.swiglu)
     except timing.NotPlannable as exc:
         raise PlanError(str(exc)) from None
@@ -39,7 +39,7 @@ def target(results_dir: Path, benchmark: str, tag: str | None, system: str | Non
     eff, calibrated = calibrate.load(results_dir, base.system.name)
     space.pop("nodes", None)
     try:
-        best = rank.smallest_nodes(base.model, base.system, Space(nodes=(1,), **space), base.candidate, eff,
+        best = ranking.smallest_nodes(base.model, base.system, Space(nodes=(1,), **space), base.candidate, eff,
                                    seconds, base.swiglu)
     except timing.NotPlannable as exc:
         raise PlanError(str(exc)) from None
@@ -64,7 +64,7 @@ def _reference_points(benchmark: str) -> list[tuple[points.Planned, float, str]]
 
 def _run_points(results_dir: Path, refs: list[str]) -> list[tuple[points.Planned, float, str]]:
     from nlp_bench.analysis.results import run_results
-    from nlp_bench.sweep.workspace import find_run
+    from nlp_bench.workspace import find_run
 
     out = []
     for ref in refs:
@@ -100,7 +100,7 @@ def fit_points(found: list[tuple[points.Planned, float, str]]) -> dict[str, tupl
     out = {}
     for name, items in by_system.items():
         def predict(eff, items=items):
-            return [rank.predict(p.model, p.system, p.candidate, eff, p.swiglu).tokens_per_s
+            return [ranking.predict(p.model, p.system, p.candidate, eff, p.swiglu).tokens_per_s
                     for p, _, _ in items]
         try:
             result = calibrate.fit(predict, [m for _, m, _ in items], [label for *_, label in items])
@@ -130,7 +130,7 @@ def predictions(results_dir: Path, pts: list) -> dict[str, dict]:
             efficiencies[name] = calibrate.load(results_dir, name)
         eff, calibrated = efficiencies[name]
         try:
-            p = rank.predict(planned.model, planned.system, planned.candidate, eff, planned.swiglu)
+            p = ranking.predict(planned.model, planned.system, planned.candidate, eff, planned.swiglu)
         except timing.NotPlannable:
             continue
         out[point.id] = {"tokens_per_s": p.tokens_per_s, "memory_gib": p.memory_gib, "fits": p.fits,

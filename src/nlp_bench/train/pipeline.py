@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from nlp_bench.train import collectives
-from nlp_bench.train.grid import Grid
+from nlp_bench.train.process_groups import ProcessGroups
 
 
 @dataclass
@@ -35,32 +35,32 @@ def no_pipelining(stage, batches: Sequence[Batch], scale: float) -> IterationSta
     return stats
 
 
-def one_f_one_b(stage, grid: Grid, batches: Sequence[Batch], scale: float, activation_shape: tuple[int, ...],
+def one_f_one_b(stage, groups: ProcessGroups, batches: Sequence[Batch], scale: float, activation_shape: tuple[int, ...],
                 dtype: torch.dtype, device: torch.device) -> IterationStats:
     stats = IterationStats()
     m = len(batches)
-    warmup = min(grid.pp - grid.pp_rank - 1, m)
+    warmup = min(groups.pp - groups.pp_rank - 1, m)
     in_flight: list[tuple[torch.Tensor | None, torch.Tensor]] = []
 
     def empty() -> torch.Tensor:
         return torch.empty(activation_shape, dtype=dtype, device=device)
 
     def p2p(send_next=None, send_prev=None, want_next=False, want_prev=False):
-        recv_next = empty() if want_next and not grid.is_last_stage else None
-        recv_prev = empty() if want_prev and not grid.is_first_stage else None
-        collectives.send_recv(send_next if not grid.is_last_stage else None,
-                              send_prev if not grid.is_first_stage else None,
-                              recv_next, recv_prev, grid.next_rank, grid.prev_rank)
+        recv_next = empty() if want_next and not groups.is_last_stage else None
+        recv_prev = empty() if want_prev and not groups.is_first_stage else None
+        collectives.send_recv(send_next if not groups.is_last_stage else None,
+                              send_prev if not groups.is_first_stage else None,
+                              recv_next, recv_prev, groups.next_rank, groups.prev_rank)
         return recv_next, recv_prev
 
     def forward(index: int, received: torch.Tensor | None) -> torch.Tensor:
         tokens, labels = batches[index]
-        if grid.is_first_stage:
+        if groups.is_first_stage:
             out = stage(tokens, labels)
         else:
             received.requires_grad_()
             out = stage(received, labels)
-        if grid.is_last_stage:
+        if groups.is_last_stage:
             stats.losses.append(out.item())
             out = out * (scale / m)
         in_flight.append((received, out))
@@ -69,8 +69,8 @@ def one_f_one_b(stage, grid: Grid, batches: Sequence[Batch], scale: float, activ
 
     def backward(grad_out: torch.Tensor | None) -> torch.Tensor | None:
         received, out = in_flight.pop(0)
-        torch.autograd.backward(out, grad_tensors=None if grid.is_last_stage else grad_out)
-        return None if grid.is_first_stage else received.grad
+        torch.autograd.backward(out, grad_tensors=None if groups.is_last_stage else grad_out)
+        return None if groups.is_first_stage else received.grad
 
     for i in range(warmup):
         _, received = p2p(want_prev=True)
@@ -89,17 +89,17 @@ def one_f_one_b(stage, grid: Grid, batches: Sequence[Batch], scale: float, activ
     return stats
 
 
-def run(chunks, grid: Grid, batches: Sequence[Batch], scale: float, activation_shape: tuple[int, ...],
+def run(chunks, groups: ProcessGroups, batches: Sequence[Batch], scale: float, activation_shape: tuple[int, ...],
         dtype: torch.dtype, device: torch.device) -> IterationStats:
     """One iteration's forward and backward passes with the schedule the layout calls for."""
-    if grid.pp == 1:
+    if groups.pp == 1:
         return no_pipelining(chunks[0], batches, scale)
     if len(chunks) == 1:
-        return one_f_one_b(chunks[0], grid, batches, scale, activation_shape, dtype, device)
-    return interleaved_1f1b(chunks, grid, batches, scale, activation_shape, dtype, device)
+        return one_f_one_b(chunks[0], groups, batches, scale, activation_shape, dtype, device)
+    return interleaved_1f1b(chunks, groups, batches, scale, activation_shape, dtype, device)
 
 
-def interleaved_1f1b(chunks, grid: Grid, batches: Sequence[Batch], scale: float, activation_shape: tuple[int, ...],
+def interleaved_1f1b(chunks, groups: ProcessGroups, batches: Sequence[Batch], scale: float, activation_shape: tuple[int, ...],
                      dtype: torch.dtype, device: torch.device) -> IterationStats:
     """Megatron's interleaved 1F1B: each rank holds v model chunks (virtual stages c * pp + rank), so
     the pipeline fills v times faster and the bubble shrinks by a factor v.
@@ -109,7 +109,7 @@ def interleaved_1f1b(chunks, grid: Grid, batches: Sequence[Batch], scale: float,
     feeds chunk c + 1 of the first).
     """
     stats = IterationStats()
-    pp, v, rank, m = grid.pp, len(chunks), grid.pp_rank, len(batches)
+    pp, v, rank, m = groups.pp, len(chunks), groups.pp_rank, len(batches)
     if m % pp:
         raise ValueError(f"the interleaved schedule needs the micro-batches per iteration ({m}) to be a multiple of pp ({pp})")
     total = m * v
@@ -139,7 +139,7 @@ def interleaved_1f1b(chunks, grid: Grid, batches: Sequence[Batch], scale: float,
     def exchange(send_next, send_prev, want_prev: bool, want_next: bool):
         recv_prev = empty() if want_prev else None
         recv_next = empty() if want_next else None
-        collectives.send_recv(send_next, send_prev, recv_next, recv_prev, grid.next_rank, grid.prev_rank)
+        collectives.send_recv(send_next, send_prev, recv_next, recv_prev, groups.next_rank, groups.prev_rank)
         return recv_prev, recv_next
 
     def forward(k: int) -> torch.Tensor | None:
@@ -226,7 +226,7 @@ def interleaved_1f1b(chunks, grid: Grid, batches: Sequence[Batch], scale: float,
 
 
 @torch.no_grad()
-def forward_only(chunks, grid: Grid, batches: Sequence[Batch], activation_shape: tuple[int, ...],
+def forward_only(chunks, groups: ProcessGroups, batches: Sequence[Batch], activation_shape: tuple[int, ...],
                  dtype: torch.dtype, device: torch.device) -> list[float]:
     """Evaluation: every micro-batch through every virtual stage in order, no backward. Returns the
     per-micro-batch losses on the rank that holds the last virtual stage."""
@@ -234,15 +234,15 @@ def forward_only(chunks, grid: Grid, batches: Sequence[Batch], activation_shape:
     losses = []
     for tokens, labels in batches:
         for c, chunk in enumerate(chunks):
-            first = grid.is_first_stage and c == 0
-            last = grid.is_last_stage and c == v - 1
+            first = groups.is_first_stage and c == 0
+            last = groups.is_last_stage and c == v - 1
             x = tokens
             if not first:
                 x = torch.empty(activation_shape, dtype=dtype, device=device)
-                collectives.send_recv(None, None, None, x, grid.next_rank, grid.prev_rank)
+                collectives.send_recv(None, None, None, x, groups.next_rank, groups.prev_rank)
             out = chunk(x, labels)
             if last:
                 losses.append(out.item())
             else:
-                collectives.send_recv(out, None, None, None, grid.next_rank, grid.prev_rank)
+                collectives.send_recv(out, None, None, None, groups.next_rank, groups.prev_rank)
     return losses

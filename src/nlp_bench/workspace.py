@@ -13,12 +13,21 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nlp_bench import __version__
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import read_json, write_json_atomic, write_text_atomic
-from nlp_bench.spec.benchmark import Point
+
+
+class StoredPoint(Protocol):
+    """What the workspace needs of a point (spec.benchmark.Point is one): the workspace sits below every
+    layer, so it stores points without knowing how they are made."""
+
+    @property
+    def id(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 RUN_JSON, POINT_JSON, STATE_JSON, RESULT_JSON = "run.json", "point.json", "state.json", "result.json"
 #: what the planner predicted for a point before it ran (written at submission where the system can be timed)
@@ -26,6 +35,8 @@ PREDICTION_JSON = "prediction.json"
 JOBSCRIPT, JOB_OUT, JOB_ERR = "jobscript.sbatch", "job.out", "job.err"
 #: the compile job of systems that compile ahead of the run (Neuron): its script and output
 COMPILE_SCRIPT, COMPILE_OUT, COMPILE_ERR = "compile.sbatch", "compile.out", "compile.err"
+#: where each script's output goes when no scheduler directive says so (the local executor)
+OUTPUTS = {JOBSCRIPT: (JOB_OUT, JOB_ERR), COMPILE_SCRIPT: (COMPILE_OUT, COMPILE_ERR)}
 PROVENANCE_ENV = "provenance.env"  # written by the jobscript at start: the environment that shapes performance
 
 
@@ -90,7 +101,7 @@ class Run:
         return sorted(p.parent for p in self.path.glob(f"*/{POINT_JSON}"))
 
 
-def create_run(root: Path, benchmark: str, tag: str, system: str, points: list[Point], argv: list[str],
+def create_run(root: Path, benchmark: str, tag: str, system: str, points: list[StoredPoint], argv: list[str],
                **extra: Any) -> Run:
     """A new run folder with run.json describing what was asked (`extra`: the grid and what it dropped)."""
     run = Run(Path(root) / benchmark / new_run_id())
@@ -102,7 +113,7 @@ def create_run(root: Path, benchmark: str, tag: str, system: str, points: list[P
     return run
 
 
-def write_point(run: Run, point: Point, jobscript: str, compile_script: str | None = None) -> Path:
+def write_point(run: Run, point: StoredPoint, jobscript: str, compile_script: str | None = None) -> Path:
     """The point's folder with point.json and its jobscript (executable, so it also runs by hand), and the
     compile job's script where the system compiles ahead."""
     folder = run.path / point.id

@@ -1,4 +1,4 @@
-"""The process-group grid: every rank's tensor-, data- and pipeline-parallel coordinates and groups.
+"""The process groups: every rank's tensor-, data- and pipeline-parallel coordinates and groups.
 
 Ranks are laid out tp-fastest, then dp, then pp (as Megatron does), so a tensor-parallel group stays
 inside a node and pipeline stages span nodes.
@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 
 @dataclass
-class Grid:
+class ProcessGroups:
     world: int
     rank: int
     tp: int
@@ -48,7 +48,7 @@ def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, dp: int) -> int:
     return tp_rank + tp * (dp_rank + dp * pp_rank)
 
 
-def build_grid(tp: int, pp: int) -> Grid:
+def build_process_groups(tp: int, pp: int) -> ProcessGroups:
     """Create all groups (every rank must create every group, in the same order) and keep its own."""
     world, rank = dist.get_world_size(), dist.get_rank()
     if world % (tp * pp):
@@ -69,5 +69,5 @@ def build_grid(tp: int, pp: int) -> Grid:
             group = dist.new_group(ranks)
             if rank in ranks:
                 mine[name] = group
-    return Grid(world, rank, tp, pp, dp, tp_rank, dp_rank, pp_rank, mine["tp"], mine["dp"], mine["pp"],
+    return ProcessGroups(world, rank, tp, pp, dp, tp_rank, dp_rank, pp_rank, mine["tp"], mine["dp"], mine["pp"],
                 mine["embedding"])
