@@ -147,7 +147,8 @@ def test_candidate_rules():
     m = get_model("gpt-175b")
     assert Candidate(96, 4, 8, 8, 1, 16).problems(m) == []
     assert "must divide the number of layers 96" in " ".join(Candidate(96, 4, 8, 5, 1, 16).problems(m))
-    assert "interleaving" in " ".join(Candidate(96, 4, 8, 8, 1, 12, vp=2).problems(m))
+    assert "interleaved schedule needs the micro-batches per iteration (12) to be a multiple of pp 8" in " ".join(
+        Candidate(96, 4, 8, 8, 1, 12, vp=2).problems(m))
     assert "interleaving" in " ".join(Candidate(96, 4, 8, 8, 1, 16, vp=5).problems(m))
 
 

@@ -91,3 +91,23 @@ def test_benchmark_file_errors(tmp_path):
     bad.write_text("tags: {x: {model: gpt-tiny, system: local, nodes: 1, train: {num-layers: 3}}}\n")
     with pytest.raises(SpecError, match="may not set num-layers"):
         load_benchmark(str(bad)).point("x")
+
+
+def test_one_home_for_the_layout_rules():
+    """The spec, the planner and the trainer ask the same function, so the same sizes break the same rules."""
+    from nlp_bench.plan.candidate import Candidate
+    from nlp_bench.spec.layout import parallel_violations, violations
+
+    m = get_model("gpt-13b")
+    layout = Layout(nodes=3, devices_per_node=4, tp=3, pp=3, mbs=1, gas=1)
+    by_spec = [v.rule for v in violations(m, layout)]
+    by_flags = [v.rule for v in parallel_violations(world=12, tp=3, pp=3, num_layers=40, num_attention_heads=32,
+                                                    ffn_hidden_size=20480, hidden_size=5120, seq_length=2048)]
+    assert by_spec == by_flags == ["tp-pp-world", "tp-heads", "tp-ffn", "pp-layers"]
+    # interleaving: vp as chunks per rank (planner) and as layers per chunk (Megatron's flag) agree
+    chunks = parallel_violations(world=64, tp=1, pp=8, num_layers=96, num_attention_heads=96, ffn_hidden_size=4,
+                                 chunks=2, micro_batches=12)
+    per_chunk = parallel_violations(world=64, tp=1, pp=8, num_layers=96, num_attention_heads=96, ffn_hidden_size=4,
+                                    layers_per_chunk=6, micro_batches=12)
+    assert [v.rule for v in chunks] == [v.rule for v in per_chunk] == ["vp-microbatches"]
+    assert Candidate(16, 4, 1, 8, 1, 12, vp=2).problems(m)[-1] == chunks[0].message.replace("(12)", "(12)")

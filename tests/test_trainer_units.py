@@ -92,15 +92,15 @@ def test_recompute_activations_means_selective():
 
 
 @pytest.mark.parametrize("extra,rule", [
-    (["--sequence-parallel"], "--sequence-parallel needs --tensor-model-parallel-size > 1"),
-    (["--pipeline-model-parallel-size", "2", "--num-layers", "3"], "--pipeline-model-parallel-size 2 must divide --num-layers 3"),
-    (["--global-batch-size", "3"], "--global-batch-size 3 must be a multiple of --micro-batch-size x dp = 2 x 2"),
+    (["--sequence-parallel"], "sequence parallelism (--sequence-parallel) needs tp > 1"),
+    (["--pipeline-model-parallel-size", "2", "--num-layers", "3"], "pp 2 must divide the number of layers 3 (--pipeline-model-parallel-size, --num-layers)"),
+    (["--global-batch-size", "3"], "the global batch 3 must be a multiple of mbs x dp = 2 x 2 (--global-batch-size, --micro-batch-size)"),
     (["--tensor-model-parallel-size", "3"], "tp x pp = 3 must divide the 2 ranks"),
     (["--num-layers-per-virtual-pipeline-stage", "1"],
-     "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1"),
+     "interleaving (--num-layers-per-virtual-pipeline-stage) needs pp > 1"),
     (["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2", "--num-layers", "4"],
      "the interleaved schedule needs at least 2 model chunks per rank "
-     "(--num-layers / (pp x --num-layers-per-virtual-pipeline-stage) > 1)"),
+     "(layers / (pp x --num-layers-per-virtual-pipeline-stage) > 1)"),
     (["--lr-warmup-iters", "3"], "learning-rate schedule: lr decay length 3 must exceed the warm-up 3 (see --lr-warmup-*, --lr-decay-*, --train-*)"),
 ])
 def test_bad_layout_stops_before_any_process_group(extra, rule):
@@ -170,3 +170,16 @@ def test_fp32_gradients_accumulate_in_the_flat_buffer(tmp_path):
         assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
     finally:
         dist.destroy_process_group()
+
+
+def test_the_model_shape_has_one_list_of_names():
+    """ModelSpec's shape fields are what the sweep varies and what the trainer's GPTConfig is built from."""
+    from dataclasses import fields
+
+    from nlp_bench.spec.models import SHAPE
+    from nlp_bench.sweep.grid import MODEL
+    from nlp_bench.train.model import GPTConfig
+
+    assert SHAPE == MODEL == ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
+                              "max_position_embeddings")
+    assert set(SHAPE) <= {f.name for f in fields(GPTConfig)}

@@ -42,8 +42,7 @@ def reference_rows(name: str = DEFAULT_REFERENCE) -> list[dict[str, Any]]:
             tokens_per_s = float(rec["Tokens/sec"])
             seconds = gbs * model.seq_length / tokens_per_s
             # the reference runs use selective recompute, which the JUPITER convention counts (k = 4)
-            shape = flops.Shape(gbs, model.seq_length, model.num_layers, model.hidden_size,
-                                pad_vocab(model.vocab_size, tp), model.ffn_hidden_size, recompute=True)
+            shape = model.flops_shape(gbs, pad_vocab(model.vocab_size, tp), recompute=True)
             row = dict.fromkeys(COLUMNS)
             row.update({
                 "system": rec["system"], "version": "reference", "queue": system.partition,

@@ -24,8 +24,4 @@ class Candidate(Layout):
 
     def problems(self, model: ModelSpec) -> list[str]:
         """Why this layout cannot run the model (the spec's rules, and interleaving's); empty when it can."""
-        out = layout_problems(model, self)
-        if self.vp > 1 and (self.pp == 1 or self.gas % self.pp or model.num_layers % (self.pp * self.vp)):
-            out.append(f"interleaving (vp {self.vp}) needs pp > 1, gas a multiple of pp and pp x vp dividing the "
-                       f"{model.num_layers} layers")
-        return out
+        return layout_problems(model, self, chunks=self.vp)

@@ -65,8 +65,7 @@ def _ring(bytes_: float, ranks: int, bandwidth: float, latency: float, all_reduc
 
 
 def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bool = False) -> float:
-    shape = flops.Shape(c.global_batch_size, model.seq_length, model.num_layers, model.hidden_size, vocab_padded,
-                        model.ffn_hidden_size, swiglu=swiglu)
+    shape = model.flops_shape(c.global_batch_size, vocab_padded, swiglu=swiglu)
     model_flops = flops.megatron_model_flops(shape)
     b, s, h, n = c.global_batch_size, model.seq_length, model.hidden_size, model.num_layers
     if c.recompute == "full":

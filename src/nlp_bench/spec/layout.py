@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from nlp_bench.errors import LayoutError
 from nlp_bench.spec.models import ModelSpec
@@ -37,27 +38,95 @@ class Layout:
         return d
 
 
-def problems(model: ModelSpec, layout: Layout) -> list[str]:
+class Violation(NamedTuple):
+    """One broken rule: `rule` names it (sweeps count dropped points by it), `message` says it with the
+    numbers, in the words of both the layout (tp, pp) and Megatron's flags."""
+
+    rule: str
+    message: str
+
+
+def parallel_violations(*, world: int, tp: int, pp: int, num_layers: int, num_attention_heads: int,
+                        ffn_hidden_size: int, hidden_size: int | None = None, seq_length: int | None = None,
+                        sequence_parallel: bool = False, chunks: int = 1, layers_per_chunk: int | None = None,
+                        micro_batches: int | None = None, micro_batch_size: int | None = None,
+                        global_batch_size: int | None = None, devices: str = "devices") -> list[Violation]:
+    """Every rule of Megatron's tp x pp x dp layout that these sizes break; empty when they can run.
+
+    The one home of these rules: the spec (a benchmark point), the sweep (a grid point), the planner (a
+    candidate) and the trainer (its flags, before any process group exists) all ask this function.
+    Interleaving is given as model chunks per pipeline rank (`chunks`, the planner's vp) or as layers
+    per chunk (`layers_per_chunk`, Megatron's --num-layers-per-virtual-pipeline-stage)."""
+    out: list[Violation] = []
+
+    def need(ok: bool, rule: str, message: str) -> None:
+        if not ok:
+            out.append(Violation(rule, message))
+
+    need(world % (tp * pp) == 0, "tp-pp-world", f"tp x pp = {tp * pp} must divide the {world} {devices}")
+    need(num_attention_heads % tp == 0, "tp-heads",
+         f"tp {tp} must divide the number of attention heads {num_attention_heads} "
+         "(--tensor-model-parallel-size, --num-attention-heads)")
+    need(ffn_hidden_size % tp == 0, "tp-ffn", f"tp {tp} must divide the MLP width {ffn_hidden_size} (--ffn-hidden-size)")
+    need(num_layers % pp == 0, "pp-layers",
+         f"pp {pp} must divide the number of layers {num_layers} (--pipeline-model-parallel-size, --num-layers)")
+    if hidden_size is not None:
+        need(hidden_size % num_attention_heads == 0, "heads-hidden",
+             f"the number of attention heads {num_attention_heads} must divide the hidden size {hidden_size}")
+    if sequence_parallel:
+        need(tp > 1, "sp-tp", "sequence parallelism (--sequence-parallel) needs tp > 1")
+        if seq_length is not None:
+            need(seq_length % tp == 0, "sp-seq", f"sequence parallelism needs tp {tp} to divide the sequence "
+                                                 f"length {seq_length}")
+    if layers_per_chunk is not None:
+        need(layers_per_chunk >= 1, "vp-size", "--num-layers-per-virtual-pipeline-stage must be at least 1")
+        if layers_per_chunk >= 1:
+            need(num_layers % (pp * layers_per_chunk) == 0, "vp-layers",
+                 f"the number of layers {num_layers} must be a multiple of pp x layers per virtual stage = "
+                 f"{pp * layers_per_chunk} (--num-layers-per-virtual-pipeline-stage)")
+            chunks = num_layers // (pp * layers_per_chunk) if num_layers % (pp * layers_per_chunk) == 0 else 0
+            need(chunks != 1, "vp-chunks", "the interleaved schedule needs at least 2 model chunks per rank "
+                                           "(layers / (pp x --num-layers-per-virtual-pipeline-stage) > 1)")
+    interleaved = layers_per_chunk is not None or chunks > 1
+    if interleaved:
+        need(pp > 1, "vp-pp", "interleaving (--num-layers-per-virtual-pipeline-stage) needs pp > 1")
+        if layers_per_chunk is None:
+            need(num_layers % (pp * chunks) == 0, "vp-layers",
+                 f"interleaving (vp {chunks}) needs pp x vp = {pp * chunks} to divide the {num_layers} layers")
+    dp = world // (tp * pp) if world % (tp * pp) == 0 else None
+    if dp is not None and global_batch_size is not None and micro_batch_size is not None:
+        need(global_batch_size % (micro_batch_size * dp) == 0, "gbs-mbs-dp",
+             f"the global batch {global_batch_size} must be a multiple of mbs x dp = {micro_batch_size} x {dp} "
+             "(--global-batch-size, --micro-batch-size)")
+        if global_batch_size % (micro_batch_size * dp) == 0:
+            micro_batches = global_batch_size // (micro_batch_size * dp)
+    if interleaved and pp > 1 and micro_batches is not None:
+        need(micro_batches % pp == 0, "vp-microbatches",
+             f"the interleaved schedule needs the micro-batches per iteration ({micro_batches}) to be a multiple "
+             f"of pp {pp}")
+    return out
+
+
+def problems(model: ModelSpec, layout: Layout, chunks: int = 1, sequence_parallel: bool = False) -> list[str]:
     """Every reason the layout cannot run this model; empty when it can."""
-    out: list[str] = []
+    return [v.message for v in violations(model, layout, chunks, sequence_parallel)]
+
+
+def violations(model: ModelSpec, layout: Layout, chunks: int = 1, sequence_parallel: bool = False) -> list[Violation]:
+    """problems(), with the name of each rule."""
+    out: list[Violation] = []
     for name in ("nodes", "devices_per_node", "tp", "pp", "mbs", "gas"):
         value = getattr(layout, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            out.append(f"{name} must be a positive integer, got {value!r}")
+            out.append(Violation("positive", f"{name} must be a positive integer, got {value!r}"))
     if out:
         return out
-    if model.num_attention_heads % layout.tp:
-        out.append(f"tp {layout.tp} must divide the number of attention heads {model.num_attention_heads}")
-    if model.ffn_hidden_size % layout.tp:
-        out.append(f"tp {layout.tp} must divide the MLP width {model.ffn_hidden_size}")
-    if model.num_layers % layout.pp:
-        out.append(f"pp {layout.pp} must divide the number of layers {model.num_layers}")
-    if layout.world % (layout.tp * layout.pp):
-        out.append(
-            f"tp x pp = {layout.tp * layout.pp} must divide the {layout.world} devices "
-            f"({layout.nodes} nodes x {layout.devices_per_node})"
-        )
-    return out
+    return parallel_violations(
+        world=layout.world, tp=layout.tp, pp=layout.pp, num_layers=model.num_layers,
+        num_attention_heads=model.num_attention_heads, ffn_hidden_size=model.ffn_hidden_size,
+        hidden_size=model.hidden_size, seq_length=model.seq_length, sequence_parallel=sequence_parallel,
+        chunks=chunks, micro_batches=layout.gas,
+        devices=f"devices ({layout.nodes} nodes x {layout.devices_per_node})")
 
 
 def validate(model: ModelSpec, layout: Layout) -> Layout:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from nlp_bench import flops
 
 from nlp_bench.errors import SpecError, unknown
 
@@ -10,17 +12,21 @@ from nlp_bench.errors import SpecError, unknown
 GPT2_VOCAB = 50257
 
 
+#: marks the fields that make the transformer's shape (Megatron's flags of the same names)
+_SHAPE = {"shape": True}
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only GPT shape, in Megatron's terms."""
 
     name: str
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    ffn_hidden_size: int
-    seq_length: int
-    max_position_embeddings: int
+    num_layers: int = field(metadata=_SHAPE)
+    hidden_size: int = field(metadata=_SHAPE)
+    num_attention_heads: int = field(metadata=_SHAPE)
+    ffn_hidden_size: int = field(metadata=_SHAPE)
+    seq_length: int = field(metadata=_SHAPE)
+    max_position_embeddings: int = field(metadata=_SHAPE)
     vocab_size: int = GPT2_VOCAB
     #: The size the benchmark names the model by, in billions of parameters (the table's Model_Size).
     nominal_billions: float | None = None
@@ -38,6 +44,17 @@ class ModelSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def flops_shape(self, global_batch: int, vocab_padded: int, swiglu: bool = False,
+                    recompute: bool = False) -> flops.Shape:
+        """What the FLOPs conventions need of this model for one step of `global_batch` sequences."""
+        return flops.Shape(global_batch, self.seq_length, self.num_layers, self.hidden_size, vocab_padded,
+                           self.ffn_hidden_size, swiglu, recompute)
+
+
+#: The shape fields, in order: the one list the sweep's model parameters and the trainer's GPTConfig
+#: take their names from.
+SHAPE = tuple(f.name for f in fields(ModelSpec) if f.metadata.get("shape"))
 
 
 def pad_vocab(vocab_size: int, tensor_parallel: int, divisible_by: int = 128) -> int:
@@ -57,8 +74,7 @@ PRESETS: dict[str, ModelSpec] = {
     )
 }
 
-_FIELDS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
-           "max_position_embeddings", "vocab_size"}
+_FIELDS = {*SHAPE, "vocab_size"}
 
 
 def get_model(name: str, **overrides: int) -> ModelSpec:

@@ -36,13 +36,12 @@ from typing import Any
 
 from nlp_bench.errors import LayoutError, SpecError, did_you_mean
 from nlp_bench.spec.benchmark import Benchmark, Point, load_benchmark
-from nlp_bench.spec.models import ModelSpec
+from nlp_bench.spec.models import SHAPE, ModelSpec
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 from nlp_bench.sweep.expr import EvaluationError, Expression
 
 LAYOUT = ("nodes", "tp", "pp", "mbs", "gas")
-MODEL = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
-         "max_position_embeddings")
+MODEL = SHAPE
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARAMETERS = (*LAYOUT, *MODEL, "precision")
 #: names an expression may read but no axis may set: they come with the system

@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from nlp_bench import flops, kernels
 from nlp_bench.errors import BenchError
-from nlp_bench.spec.models import pad_vocab
+from nlp_bench.spec.layout import parallel_violations
+from nlp_bench.spec.models import SHAPE, ModelSpec, pad_vocab
 from nlp_bench.train import checkpoint, collectives, pipeline
 from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.batches import IndexedData, MockData
@@ -42,44 +43,17 @@ def check_layout(args: Namespace, world: int) -> int:
     """Gradient-accumulation steps, or a UsageError naming the rule the layout breaks. Runs before any
     process group exists, so a bad layout costs no rendezvous."""
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
-    rules = [
-        (world % (tp * pp) == 0, f"tp x pp = {tp * pp} must divide the {world} ranks"),
-        (args.num_layers % pp == 0, f"--pipeline-model-parallel-size {pp} must divide --num-layers {args.num_layers}"),
-        (args.num_attention_heads % tp == 0,
-         f"--tensor-model-parallel-size {tp} must divide --num-attention-heads {args.num_attention_heads}"),
-        (args.ffn_hidden_size % tp == 0, f"--tensor-model-parallel-size {tp} must divide --ffn-hidden-size {args.ffn_hidden_size}"),
-        (args.hidden_size % args.num_attention_heads == 0,
-         f"--num-attention-heads {args.num_attention_heads} must divide --hidden-size {args.hidden_size}"),
-        (not args.sequence_parallel or tp > 1, "--sequence-parallel needs --tensor-model-parallel-size > 1"),
-        (not args.sequence_parallel or args.seq_length % tp == 0,
-         f"--sequence-parallel needs --tensor-model-parallel-size {tp} to divide --seq-length {args.seq_length}"),
-    ]
-    vp = args.num_layers_per_virtual_pipeline_stage
-    if vp is not None:
-        rules += [
-            (pp > 1, "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1"),
-            (vp >= 1, "--num-layers-per-virtual-pipeline-stage must be at least 1"),
-            (vp < 1 or args.num_layers % (pp * vp) == 0,
-             f"--num-layers {args.num_layers} must be a multiple of pp x --num-layers-per-virtual-pipeline-stage "
-             f"= {pp * vp}"),
-            (vp < 1 or args.num_layers % (pp * vp) or args.num_layers // (pp * vp) > 1,
-             "the interleaved schedule needs at least 2 model chunks per rank "
-             "(--num-layers / (pp x --num-layers-per-virtual-pipeline-stage) > 1)"),
-        ]
-    for ok, rule in rules:
-        if not ok:
-            raise UsageError(rule)
-    dp = world // (tp * pp)
+    dp = world // (tp * pp) if world % (tp * pp) == 0 else 1
     if args.global_batch_size is None:
         args.global_batch_size = args.micro_batch_size * dp
-    per_step = args.micro_batch_size * dp
-    if args.global_batch_size % per_step:
-        raise UsageError(f"--global-batch-size {args.global_batch_size} must be a multiple of "
-                         f"--micro-batch-size x dp = {args.micro_batch_size} x {dp}")
-    gas = args.global_batch_size // per_step
-    if vp is not None and gas % pp:
-        raise UsageError(f"the interleaved schedule needs the micro-batches per iteration ({gas}) to be a multiple of "
-                         f"--pipeline-model-parallel-size {pp}")
+    broken = parallel_violations(
+        world=world, tp=tp, pp=pp, num_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
+        ffn_hidden_size=args.ffn_hidden_size, hidden_size=args.hidden_size, seq_length=args.seq_length,
+        sequence_parallel=args.sequence_parallel, layers_per_chunk=args.num_layers_per_virtual_pipeline_stage,
+        micro_batch_size=args.micro_batch_size, global_batch_size=args.global_batch_size, devices="ranks")
+    if broken:
+        raise UsageError(broken[0].message)
+    gas = args.global_batch_size // (args.micro_batch_size * dp)
     return gas
 
 
@@ -167,11 +141,14 @@ def build_model(args: Namespace, groups: ProcessGroups, device: torch.device,
                 dtype: torch.dtype) -> tuple[ModelChunks, ParallelRNG]:
     vocab_padded = pad_vocab(args.vocab_size, groups.tp, args.make_vocab_size_divisible_by)
     cfg = GPTConfig(
-        args.num_layers, args.hidden_size, args.num_attention_heads, args.ffn_hidden_size, args.seq_length,
-        args.max_position_embeddings, vocab_padded, args.position_embedding_type, args.init_method_std,
-        args.hidden_dropout, args.attention_dropout, args.layernorm_epsilon, args.use_flash_attn,
-        args.masked_softmax_fusion, args.normalization, args.swiglu, args.untie_embeddings_and_output_weights,
-        args.recompute_granularity, args.recompute_method or "uniform", args.recompute_num_layers or 1, args.seed,
+        **{name: getattr(args, name) for name in SHAPE}, vocab_padded=vocab_padded,
+        position_embedding_type=args.position_embedding_type, init_method_std=args.init_method_std,
+        hidden_dropout=args.hidden_dropout, attention_dropout=args.attention_dropout,
+        layernorm_epsilon=args.layernorm_epsilon, use_flash_attn=args.use_flash_attn,
+        masked_softmax_fusion=args.masked_softmax_fusion, normalization=args.normalization, swiglu=args.swiglu,
+        untie_embeddings=args.untie_embeddings_and_output_weights, recompute_granularity=args.recompute_granularity,
+        recompute_method=args.recompute_method or "uniform", recompute_num_layers=args.recompute_num_layers or 1,
+        seed=args.seed,
     )
     tp = TensorParallel(groups.tp, groups.tp_rank, groups.tp_group, args.sequence_parallel)
     rng = ParallelRNG(args.seed, groups.tp_rank, device)
@@ -222,8 +199,8 @@ def train(args: Namespace) -> int:
                          weight_decay=args.weight_decay, clip_grad=args.clip_grad,
                          distributed=args.use_distributed_optimizer, scaler=scaler, micro_batches=gas,
                          bucket_size=args.ddp_bucket_size or max(40_000_000, 1_000_000 * groups.dp))
-    shape = flops.Shape(gbs, args.seq_length, args.num_layers, args.hidden_size, model[0].cfg.vocab_padded,
-                        args.ffn_hidden_size, swiglu=args.swiglu, recompute=args.recompute_granularity is not None)
+    shape = ModelSpec("trainer", **{n: getattr(args, n) for n in SHAPE}).flops_shape(
+        gbs, model[0].cfg.vocab_padded, swiglu=args.swiglu, recompute=args.recompute_granularity is not None)
     flops_per_iter = flops.jupiter_flops(shape)
     seq_local = args.seq_length // groups.tp if args.sequence_parallel else args.seq_length
     activation_shape = (seq_local, mbs, args.hidden_size)
