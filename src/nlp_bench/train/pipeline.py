@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nlp_bench.train import collectives
+from nlp_bench.train import collectives, pipeline_order
 from nlp_bench.train.process_groups import ProcessGroups
 
 
@@ -104,22 +104,22 @@ def interleaved_1f1b(chunks, groups: ProcessGroups, batches: Sequence[Batch], sc
     """Megatron's interleaved 1F1B: each rank holds v model chunks (virtual stages c * pp + rank), so
     the pipeline fills v times faster and the bubble shrinks by a factor v.
 
-    Work unit k (forward or backward) belongs to chunk (k mod pp·v) div pp; chunks are visited in
-    blocks of pp micro-batches. Activations always travel to the next rank of the ring (the last rank
-    feeds chunk c + 1 of the first).
+    The order of the units is pipeline_order's table; this runs it and moves the tensors. Activations
+    always travel to the next rank of the ring (the last rank feeds chunk c + 1 of the first).
     """
     stats = IterationStats()
     pp, v, rank, m = groups.pp, len(chunks), groups.pp_rank, len(batches)
-    if m % pp:
-        raise ValueError(f"the interleaved schedule needs the micro-batches per iteration ({m}) to be a multiple of pp ({pp})")
+    table = pipeline_order.order(pp, v, m, rank)
+    forwards = [u for u in table if u.forward]
+    backwards = [u for u in table if not u.forward]
     total = m * v
-    all_warmup = m == pp
-    warmup = total if all_warmup else min((pp - rank - 1) * 2 + (v - 1) * pp, total)
+    warmup = next((i for i, u in enumerate(table) if not u.forward), total)
+    all_warmup = warmup == total
     first_rank, last_rank = rank == 0, rank == pp - 1
 
     def chunk_of(k: int, forward: bool) -> int:
-        c = (k % (pp * v)) // pp
-        return c if forward else v - 1 - c
+        """The chunk of unit k on any rank: where a neighbour's activation or gradient is headed."""
+        return pipeline_order.unit(k, pp, v, forward)[1]
 
     def is_first_virtual(c: int) -> bool:
         return first_rank and c == 0
@@ -130,7 +130,6 @@ def interleaved_1f1b(chunks, groups: ProcessGroups, batches: Sequence[Batch], sc
     inputs: list[list] = [[] for _ in range(v)]
     outputs: list[list] = [[] for _ in range(v)]
     grads: list[list] = [[] for _ in range(v)]
-    fwd_count = [0] * v
     in_flight = 0
 
     def empty() -> torch.Tensor:
@@ -144,10 +143,7 @@ def interleaved_1f1b(chunks, groups: ProcessGroups, batches: Sequence[Batch], sc
 
     def forward(k: int) -> torch.Tensor | None:
         nonlocal in_flight
-        c = chunk_of(k, True)
-        index = fwd_count[c]
-        fwd_count[c] += 1
-        tokens, labels = batches[index]
+        c, (tokens, labels) = forwards[k].chunk, batches[forwards[k].micro_batch]
         received = inputs[c][-1] if inputs[c] else None
         if is_first_virtual(c):
             out = chunks[c](tokens, labels)
@@ -166,7 +162,7 @@ def interleaved_1f1b(chunks, groups: ProcessGroups, batches: Sequence[Batch], sc
 
     def backward(k: int) -> torch.Tensor | None:
         nonlocal in_flight
-        c = chunk_of(k, False)
+        c = backwards[k].chunk
         received, out = inputs[c].pop(0), outputs[c].pop(0)
         grad = grads[c].pop(0) if not is_last_virtual(c) else None
         torch.autograd.backward(out, grad_tensors=grad)
