@@ -6,10 +6,10 @@ import os
 import shutil
 
 from click.testing import CliRunner
+from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
 from nlp_bench.cli import cli
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)

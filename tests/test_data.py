@@ -5,8 +5,8 @@ import struct
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, run_bench
+
 from nlp_bench.data.gpt_dataset import GPTDataset, split_ranges
 from nlp_bench.data.indexed import DatasetError, IndexedDataset, IndexedDatasetWriter
 from nlp_bench.data.preprocess import preprocess

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 import yaml
-
 from conftest import ROOT
+
 from nlp_bench.errors import SpecError
 
 PAYLOADS = ["$(touch PWNED1)", "`touch PWNED2`", "x; touch PWNED3", "x\ntouch PWNED4", "x' ; touch PWNED5 ; '",

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 pytestmark = [pytest.mark.jube,
@@ -26,7 +25,7 @@ def _jube(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedPr
 def _table(proc: subprocess.CompletedProcess) -> list[dict[str, str]]:
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
             for line in proc.stdout.splitlines() if line.startswith("|") and not line.startswith("|--")]
-    return [dict(zip(rows[0], row)) for row in rows[1:]]
+    return [dict(zip(rows[0], row, strict=False)) for row in rows[1:]]
 
 
 @pytest.mark.parametrize("tag,golden,nodes", [("175", "jobscript_175B.sbatch", "96"),

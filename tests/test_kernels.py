@@ -98,7 +98,7 @@ def test_layer_norm(shape, dtype, persistent, norm_backward, norm_tile):
     xf, wf, bf = _fp32(x, w, b)
     ref = eager.layer_norm(xf, wf, bf, 1e-5)
     _check(out, ref, dtype)
-    for got, want in zip(_grads(out, dy, x, w, b), _grads(ref, dy.float(), xf, wf, bf)):
+    for got, want in zip(_grads(out, dy, x, w, b), _grads(ref, dy.float(), xf, wf, bf), strict=False):
         _check(got, want, dtype)
 
 
@@ -110,7 +110,7 @@ def test_rms_norm(shape, dtype, norm_backward, norm_tile):
     xf, wf = _fp32(x, w)
     ref = eager.rms_norm(xf, wf, 1e-6)
     _check(out, ref, dtype)
-    for got, want in zip(_grads(out, dy, x, w), _grads(ref, dy.float(), xf, wf)):
+    for got, want in zip(_grads(out, dy, x, w), _grads(ref, dy.float(), xf, wf), strict=False):
         _check(got, want, dtype)
 
 
@@ -133,7 +133,7 @@ def test_partial_rows_sum_to_the_parameter_gradients(dtypes):
     g = torch.Generator().manual_seed(5)
     partial = torch.randn(2, 70, 33, generator=g).to(DEVICE)
     params = [None if d is None else torch.empty(33, dtype=d, device=DEVICE) for d in dtypes]
-    for got, want, param in zip(norms._param_grads(partial, *params), partial.sum(1), params):
+    for got, want, param in zip(norms._param_grads(partial, *params), partial.sum(1), params, strict=False):
         if param is None:
             assert got is None
         else:
@@ -155,7 +155,7 @@ def test_split_backward_parameter_tiles(monkeypatch, rms, rows, tile, cols):
     else:
         out, ref = norms.layer_norm(x, w, b, 1e-5), eager.layer_norm(xf, wf, bf, 1e-5)
         ours, theirs = (x, w, b), (xf, wf, bf)
-    for got, want in zip(_grads(out, dy, *ours), _grads(ref, dy.float(), *theirs)):
+    for got, want in zip(_grads(out, dy, *ours), _grads(ref, dy.float(), *theirs), strict=False):
         _check(got, want, torch.bfloat16)
 
 
@@ -196,7 +196,7 @@ def test_norms_without_affine_parameters(norm_backward, norm_tile):
     b = torch.randn(33, device=DEVICE, requires_grad=True)  # a bias without a weight
     bf = _fp32(b)[0]
     out, ref = norms.layer_norm(x, None, b, 1e-5), eager.layer_norm(xf, None, bf, 1e-5)
-    for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy, xf, bf)):
+    for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy, xf, bf), strict=False):
         _check(got, want, torch.float32)
 
 
@@ -209,7 +209,7 @@ def test_bias_gelu(shape, dtype):
     xf, bf = _fp32(x, b)
     ref = eager.bias_gelu(xf, bf)
     _check(out, ref, dtype)
-    for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy.float(), xf, bf)):
+    for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy.float(), xf, bf), strict=False):
         _check(got, want, dtype)
 
 
@@ -290,7 +290,7 @@ def test_adam_step(model_dtype, decoupled):
         args = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=7, decoupled=decoupled)
         adam.adam_step(master, grad, m, v, out, **args)
         eager.adam_step(ref[0], grad, ref[1], ref[2], **args)
-        for got, want in zip((master, m, v), ref):
+        for got, want in zip((master, m, v), ref, strict=False):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
         if out is not None:
             # the rounded weight written back: within one ulp (the interpreter truncates where a GPU rounds)
@@ -336,7 +336,7 @@ def test_norm_launch_checks_every_setting_and_prints_one_the_trainer_takes(tmp_p
     settings = [line.split("=", 1)[1].split()[0] for line in out.stdout.splitlines()
                 if line.strip().startswith("NLP_BENCH_NORM_LAUNCH=")]
     assert len(settings) == 4 and out.stdout.count("best layer_norm") == out.stdout.count("best rms_norm") == 2
-    for text, width in zip(settings, (40, 40, 16, 16)):
+    for text, width in zip(settings, (40, 40, 16, 16), strict=False):
         assert {bound for bound, _, _ in norm_settings.parse(text)} == {width}
     assert chosen.read_text() == f"{settings[0]},{settings[2]}\n"  # LayerNorm's, both widths
     tested = [line for line in out.stdout.splitlines() if line.endswith("x eager)")]

@@ -126,12 +126,12 @@ def test_fused_adam_torch_path_matches_torch_optimizers(decoupled):
                             use_triton=False)
     ref = (torch.optim.AdamW if decoupled else torch.optim.Adam)(theirs, lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
     for _ in range(3):
-        for a, b in zip(ours, theirs):
+        for a, b in zip(ours, theirs, strict=False):
             a.grad = torch.randn_like(a)
             b.grad = a.grad.clone()
         opt.step()
         ref.step()
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=False):
         torch.testing.assert_close(a, b)
 
 
@@ -196,5 +196,5 @@ def test_trainer_on_the_triton_kernels_matches_torch(model):
         assert (f"{norm_settings.ENV}={launch}" in proc.stdout) == (impl == "triton")
         runs[impl] = [(r.loss, r.grad_norm) for r in parse_text(proc.stdout)]
     assert len(runs["torch"]) == 3
-    for (loss_a, norm_a), (loss_b, norm_b) in zip(runs["torch"], runs["triton"]):
+    for (loss_a, norm_a), (loss_b, norm_b) in zip(runs["torch"], runs["triton"], strict=False):
         assert loss_b == pytest.approx(loss_a, rel=1e-5) and norm_b == pytest.approx(norm_a, rel=1e-3)

@@ -2,8 +2,8 @@ import gc
 import statistics
 
 import pytest
-
 from conftest import DATA
+
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.train.logline import iteration_line
 

@@ -1,10 +1,10 @@
 """Whatever bytes a log holds, the parsers return records or raise the project's ParseError, and the
 summary of any records they return can be computed."""
 
+from conftest import DATA
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DATA
 from nlp_bench.analysis import metrics, parsers
 
 CORPUS = sorted((DATA / "logs").glob("*.log")) + [DATA / "seed003_verification.log"]

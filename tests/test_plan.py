@@ -16,13 +16,14 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import DATA, ROOT, run_bench
+
 from nlp_bench.app import planning
 from nlp_bench.cli import cli
 from nlp_bench.plan import memory, ranking
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.spec.models import get_model, pad_vocab
+from nlp_bench.workspace import Run, dropped_rows
 
 
 def test_megatron_memory_175b_reference_layout():
@@ -156,9 +157,10 @@ def test_sweep_top_k_runs_only_the_predicted_fastest(tmp_path):
     out = run_bench("sweep", str(ROOT / "benchmark" / "grids" / "13b-tp-pp-mbs.yaml"), "--dry-run", "--top", "3",
                     cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    meta = json.loads(next(tmp_path.glob("results/nlp/*/run.json")).read_text())
+    run_json = next(tmp_path.glob("results/nlp/*/run.json"))
+    meta = json.loads(run_json.read_text())
     assert len(meta["points"]) == 3
-    slower = [d for d in meta["dropped"] if "not among the 3 fastest" in d["reason"]]
+    slower = [d for d in dropped_rows(Run(run_json.parent)) if "not among the 3 fastest" in d["reason"]]
     assert len(slower) == 26 - 3
     kept = [json.loads(p.read_text())["tokens_per_s"] for p in tmp_path.glob("results/nlp/*/*/prediction.json")]
     assert min(kept) >= max(float(d["reason"].split("predicted ")[1].split()[0].replace(",", "")) for d in slower)
@@ -208,8 +210,10 @@ def test_sweep_keeps_what_the_planner_would_drop_when_told(tmp_path):
     out = run_bench("sweep", str(ROOT / "benchmark" / "grids" / "13b-tp-pp-mbs.yaml"), "--dry-run", "--no-plan",
                     cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    meta = json.loads(next(tmp_path.glob("results/nlp/*/run.json")).read_text())
-    assert len(meta["points"]) == 45 and not any(d["reason"].startswith("planner") for d in meta["dropped"])
+    run_json = next(tmp_path.glob("results/nlp/*/run.json"))
+    meta = json.loads(run_json.read_text())
+    assert len(meta["points"]) == 45
+    assert not any(d["reason"].startswith("planner") for d in dropped_rows(Run(run_json.parent)))
     unfit = [json.loads(p.read_text()) for p in tmp_path.glob("results/nlp/*/*/prediction.json")]
     assert sum(not p["fits"] for p in unfit) == 19  # still predicted, and the prediction kept beside the point
 

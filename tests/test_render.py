@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from nlp_bench.launch.render import render_jobscript, shell_value, train_flags
 from nlp_bench.spec.benchmark import load_benchmark
 

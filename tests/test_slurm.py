@@ -10,8 +10,8 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import ROOT, run_bench
+
 from nlp_bench.launch import states
 from nlp_bench.launch.executor import wait
 from nlp_bench.launch.slurm import SlurmExecutor
@@ -49,6 +49,7 @@ def test_failed_job_keeps_exit_code_and_class(slurm_cluster, tmp_path):
 
 def test_sacct_answers_where_accounting_works(slurm_cluster, tmp_path):
     import slurm_lab
+
     from nlp_bench.launch.slurm import _sacct
 
     if not slurm_lab.accounting():
@@ -126,7 +127,7 @@ def test_a_job_slurm_forgot_is_read_from_its_own_last_line(slurm_cluster, tmp_pa
 
 def _csv_rows(text: str) -> list[dict]:
     lines = text.splitlines()
-    return [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+    return [dict(zip(lines[0].split(","), line.split(","), strict=False)) for line in lines[1:]]
 
 
 @pytest.mark.slow
@@ -135,7 +136,7 @@ def test_smoke_benchmark_across_both_nodes(slurm_cluster, tmp_path):
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", "--wait", cwd=tmp_path)
     folder = next(tmp_path.glob("results/nlp/*/*/"))
     assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "job.err").read_text()[-3000:]
-    assert ": Slurm job " in proc.stdout and "COMPLETED" in proc.stdout  # --wait prints the table at the end
+    assert ": slurm job " in proc.stdout and "COMPLETED" in proc.stdout  # --wait prints the table at the end
     out = (folder / "job.out").read_text()
     assert " on node[1-2] started " in out and "world 4 = tp 2 x pp 1 x dp 2" in out
     job = subprocess.run(["scontrol", "show", "job", json.loads((folder / "state.json").read_text())["job_id"]],
@@ -340,7 +341,7 @@ def test_compile_then_run_chain(slurm_cluster, tmp_path, monkeypatch):
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm-chain", "--wait", cwd=tmp_path)
     folder = next(tmp_path.glob("results/nlp/*/*/"))
     assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "compile.err").read_text()[-2000:]
-    assert ": Slurm compile job " in proc.stdout and ", then run job " in proc.stdout
+    assert ": slurm compile job " in proc.stdout and ", then run job " in proc.stdout
     state = json.loads((folder / "state.json").read_text())
     assert state["state"] == "COMPLETED" and state["chain_job_ids"][0] != state["job_id"]
     compiled = (folder / "compile.out").read_text()

@@ -4,8 +4,8 @@ import csv
 import json
 
 import pytest
-
 from conftest import run_bench
+
 from nlp_bench.analysis.results import COLUMNS
 
 pytestmark = pytest.mark.slow
@@ -45,7 +45,6 @@ def test_result_carries_provenance(smoke_run):
     import subprocess
 
     import torch
-
     from conftest import ROOT
 
     cwd, _ = smoke_run
@@ -119,7 +118,7 @@ def test_interrupted_run_cancels_its_job_and_keeps_what_it_measured(tmp_path):
     alive = [line for line in ps.splitlines() if line.split()[1][0] != "Z"]  # zombies are dead, just unreaped
     assert not alive, f"processes of the cancelled job are still running: {alive}"
     table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
-    row = dict(zip(*(line.split(",") for line in table.stdout.splitlines()[:2])))
+    row = dict(zip(*(line.split(",") for line in table.stdout.splitlines()[:2]), strict=False))
     assert row["state"] == "CANCELLED" and row["failure_class"] == "cancelled" and float(row["Tokens/sec"]) > 0
 
 
@@ -131,7 +130,7 @@ def test_local_sweep_runs_every_point(tmp_path):
     proc = run_bench("sweep", "g.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
-    rows = [dict(zip(table.stdout.splitlines()[0].split(","), line.split(",")))
+    rows = [dict(zip(table.stdout.splitlines()[0].split(","), line.split(","), strict=False))
             for line in table.stdout.splitlines()[1:]]
     assert sorted(r["Tensor_Parallel"] for r in rows) == ["1", "2"]
     assert all(r["state"] == "COMPLETED" and float(r["Tokens/sec"]) > 0 and r["Iterations"] == "6" for r in rows)

@@ -1,16 +1,18 @@
 """Grid files: expansion semantics, every dropped point with its reason, safe expressions, rules."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT, run_bench
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, run_bench
 from nlp_bench.errors import SpecError
 from nlp_bench.sweep.expr import Expression
 from nlp_bench.sweep.grid import expand, load_grid
+from nlp_bench.workspace import Run, dropped_rows
 
 
 def grid(tmp_path, text: str):
@@ -76,9 +78,63 @@ def test_benchmark_rules_need_no_rules(tmp_path):
     assert [bool(p.train.get("bf16")) for p in smoke.points] == [False, True]
 
 
-def test_max_points(tmp_path):
-    with pytest.raises(SpecError, match="expands to 6 combinations, more than --max-points 5"):
-        expand(grid(tmp_path, 'tag: "13"\nmatrix: {tp: [1, 2, 4], mbs: [1, 2]}\n'), max_points=5)
+LARGE_GRID = """tag: "175"
+matrix:
+  nodes: [{nodes}]
+  tp: [1, 2, 4, 8]
+  pp: [1, 2, 4, 8]
+  mbs: [1, 2]
+"""
+
+
+def test_a_grid_over_the_threshold_writes_nothing(tmp_path):
+    """1,600 combinations, 1,550 runnable points: more than the default 1,000 point folders. One line, exit 2,
+    no run folder, nothing left in the temporary folder; --max-points raises the threshold."""
+    import tempfile
+
+    path = tmp_path / "large.yaml"
+    path.write_text(LARGE_GRID.format(nodes=", ".join(str(n) for n in range(8, 8 + 8 * 50, 8))))
+    before = set(Path(tempfile.gettempdir()).glob("nlp-bench-dropped-*"))
+    proc = run_bench("sweep", str(path), "--dry-run", "--no-plan", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error: the grid"), proc.stderr
+    assert "1,550 runnable points (1,600 combinations), more than --max-points 1,000" in lines[0]
+    assert "--top K" in lines[0] and "nothing was written" in lines[0]
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("run.json"))
+    assert set(Path(tempfile.gettempdir()).glob("nlp-bench-dropped-*")) == before
+    proc = run_bench("sweep", str(path), "--dry-run", "--no-plan", "--max-points", "1600", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list((tmp_path / "results").rglob("jobscript.sbatch"))) == 1550
+
+
+def test_top_k_keeps_only_k_of_a_grid_over_the_threshold(tmp_path):
+    path = tmp_path / "large.yaml"
+    path.write_text(LARGE_GRID.format(nodes=", ".join(str(n) for n in range(8, 8 + 8 * 50, 8))))
+    proc = run_bench("sweep", str(path), "--dry-run", "--top", "5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run = next((tmp_path / "results").rglob("run.json")).parent
+    assert len(list(run.glob("*/jobscript.sbatch"))) == 5
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["combinations"] == 1600 and sum(meta["dropped_by_rule"].values()) == 1600 - 5
+    assert meta["dropped_by_rule"]["planner: not among the 5 fastest"] > 0
+
+
+def test_dropped_points_are_counted_by_rule_and_streamed_to_a_compressed_file(tmp_path):
+    from nlp_bench.workspace import Run, dropped_rows
+
+    path = tmp_path / "g.yaml"
+    path.write_text('tag: "13"\nmatrix: {tp: [1, 2, 3, 4, 5], pp: [1, 2, 3, 4]}\nexclude: ["tp * pp == 2"]\n')
+    proc = run_bench("sweep", str(path), "--dry-run", "--no-plan", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run = Run(next((tmp_path / "results").rglob("run.json")).parent)
+    rows = list(dropped_rows(run))
+    counts = run.meta()["dropped_by_rule"]
+    assert sum(counts.values()) == len(rows) == 20 - len(run.meta()["points"])
+    # 32 devices: tp x pp = 3, 5, 6, 9, 10, 12, 15, 20 do not divide them; 1 x 2 and 2 x 1 are excluded
+    assert counts == {"exclude 'tp * pp == 2'": 2, "tp-pp-world": 11}
+    assert all(r["reason"] and r["rule"] in counts for r in rows)
+    assert "dropped 2: exclude 'tp * pp == 2'" in proc.stdout
 
 
 def test_expressions_are_safe_and_total():
@@ -95,10 +151,11 @@ def test_sweep_dry_run_writes_every_point_and_the_reasons(tmp_path):
     meta = json.loads(run_json.read_text())
     scripts = list(run_json.parent.glob("*/jobscript.sbatch"))
     # 48 valid combinations: 3 break a layout rule; the planner predicts 19 need more than the A100's 40 GiB
-    planner = [d for d in meta["dropped"] if d["reason"].startswith("planner: needs ")]
+    dropped = list(dropped_rows(Run(run_json.parent)))
+    planner = [d for d in dropped if d["reason"].startswith("planner: needs ")]
     assert len(planner) == 19 and all("GiB per device, 40 GiB available" in d["reason"] for d in planner)
     assert len(scripts) == len(meta["points"]) == 45 - 19
-    assert len(meta["dropped"]) == 3 + 19 and all(d["reason"] for d in meta["dropped"])
+    assert len(dropped) == 3 + 19 and all(d["reason"] for d in dropped)
     assert "26 points, 22 dropped" in proc.stdout and "sbatch jobscript.sbatch" in proc.stdout
     assert all((s.parent / "prediction.json").is_file() for s in scripts)
     table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)

@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
+
 from nlp_bench.analysis.parsers import parse_text
 
 DATA = ROOT / "benchmark" / "data"

@@ -3,11 +3,11 @@ import os
 
 import pytest
 
+from nlp_bench import workspace
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import write_json_atomic, write_text_atomic
 from nlp_bench.launch import failures, states
 from nlp_bench.spec.benchmark import load_benchmark
-from nlp_bench import workspace
 
 
 def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):

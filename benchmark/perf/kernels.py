@@ -57,11 +57,13 @@ def cases():
         return lambda: torch.randn(*shape, device=dev, dtype=bf16)
 
     for n in (4096, 12288):
-        mk = lambda n=n: [torch.randn(8192, n, device=dev, dtype=bf16), torch.ones(n, device=dev, dtype=bf16),
-                          torch.zeros(n, device=dev, dtype=bf16)]
+        def mk(n=n):
+            return [torch.randn(8192, n, device=dev, dtype=bf16), torch.ones(n, device=dev, dtype=bf16),
+                                  torch.zeros(n, device=dev, dtype=bf16)]
         yield (f"layer_norm 8192x{n}", lambda x, w, b: kernels.layer_norm(x, w, b, 1e-5),
                lambda x, w, b: eager.layer_norm(x, w, b, 1e-5), mk)
-        mk2 = lambda n=n: [torch.randn(8192, n, device=dev, dtype=bf16), torch.ones(n, device=dev, dtype=bf16)]
+        def mk2(n=n):
+            return [torch.randn(8192, n, device=dev, dtype=bf16), torch.ones(n, device=dev, dtype=bf16)]
         yield (f"rms_norm 8192x{n}", lambda x, w: kernels.rms_norm(x, w, 1e-5),
                lambda x, w: eager.rms_norm(x, w, 1e-5), mk2)
     yield ("bias_gelu 8192x16384", kernels.bias_gelu, eager.bias_gelu,
@@ -82,10 +84,10 @@ def adam_case():
     for p in model:
         p.grad = torch.randn_like(p)
     ours = kernels.FusedAdam([torch.nn.Parameter(p) for p in model], lr=1e-4, weight_decay=0.1)
-    for p, q in zip(ours.param_groups[0]["params"], model):
+    for p, q in zip(ours.param_groups[0]["params"], model, strict=False):
         p.grad = q.grad
     masters = [torch.nn.Parameter(p.float()) for p in model]
-    for m, p in zip(masters, model):
+    for m, p in zip(masters, model, strict=False):
         m.grad = p.grad.float()
     eager = torch.optim.AdamW(masters, lr=1e-4, weight_decay=0.1, fused=True)
 

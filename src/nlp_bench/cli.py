@@ -127,7 +127,8 @@ def _refreshed(run_):
 @click.option("--system", default=None, help="Run on this system profile instead of the grid's or tag's.")
 @click.option("--dry-run", is_flag=True, help="Expand, validate and write every jobscript; submit nothing.")
 @click.option("--max-points", type=click.IntRange(min=1), default=None,
-              help="Refuse a grid that expands to more combinations than this.")
+              help="Write at most this many point folders (default 1000); a larger sweep writes nothing and "
+                   "says how to narrow it.")
 @click.option("--no-rules", is_flag=True, help="Allow changing what the benchmark's rules fix (not a submission).")
 @click.option("-v", "--verbose", is_flag=True, help="List every dropped point.")
 @click.option("--top", type=click.IntRange(min=1), default=None,

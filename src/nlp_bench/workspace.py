@@ -3,12 +3,18 @@ the job's output, state.json and result.json (DESIGN.md). Every JSON file is wri
 
 from __future__ import annotations
 
+import collections
+import csv
+import gzip
 import hashlib
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -37,7 +43,9 @@ JOBSCRIPT, JOB_OUT, JOB_ERR = "jobscript.sbatch", "job.out", "job.err"
 COMPILE_SCRIPT, COMPILE_OUT, COMPILE_ERR = "compile.sbatch", "compile.out", "compile.err"
 #: where each script's output goes when no scheduler directive says so (the local executor)
 OUTPUTS = {JOBSCRIPT: (JOB_OUT, JOB_ERR), COMPILE_SCRIPT: (COMPILE_OUT, COMPILE_ERR)}
-PROVENANCE_ENV = "provenance.env"  # written by the jobscript at start: the environment that shapes performance
+PROVENANCE_ENV = "provenance.env"
+#: the points a sweep dropped, one CSV row each (its parameters, the reason, the rule counted by)
+DROPPED_CSV = "dropped.csv.gz"  # written by the jobscript at start: the environment that shapes performance
 
 
 def now_iso() -> str:
@@ -154,3 +162,47 @@ def read_optional(path: Path) -> dict[str, Any] | None:
 
 def argv() -> list[str]:
     return [Path(sys.argv[0]).name, *sys.argv[1:]]
+
+
+class DroppedLog:
+    """The points a sweep drops, streamed to a compressed CSV and counted by rule: a grid of millions of
+    combinations is never held in memory. The file waits in a temporary folder until the run exists
+    (keep) or the sweep is refused (discard), so a refused sweep writes nothing."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._folder = tempfile.mkdtemp(prefix="nlp-bench-dropped-")
+        self._path = Path(self._folder) / DROPPED_CSV
+        # level 1: most of the time goes to writing rows, and dropped rows compress well at any level
+        self._file = gzip.open(self._path, "wt", compresslevel=1, newline="")
+        self._writer = csv.writer(self._file)
+        self._writer.writerow([*self.columns, "reason", "rule"])
+
+    def add(self, params: dict[str, Any], reason: str, rule: str) -> None:
+        self.counts[rule] += 1
+        self._writer.writerow([*(params.get(c) for c in self.columns), reason, rule])
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def keep(self, run: Run) -> Path:
+        self._file.close()
+        target = run.path / DROPPED_CSV
+        shutil.move(str(self._path), target)
+        shutil.rmtree(self._folder, ignore_errors=True)
+        return target
+
+    def discard(self) -> None:
+        self._file.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def dropped_rows(run: Run) -> Iterator[dict[str, str]]:
+    """The run's dropped points, one dict per CSV row, read as a stream."""
+    path = run.path / DROPPED_CSV
+    if not path.is_file():
+        return
+    with gzip.open(path, "rt", newline="") as fh:
+        yield from csv.DictReader(fh)

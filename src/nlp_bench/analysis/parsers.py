@@ -188,7 +188,7 @@ class _Layout:
         width, flat, empty = len(rows[0]), list(chain.from_iterable(rows)), [None] * len(rows)
         by_name = {handler[0]: _column(flat[k::width], handler) for k, handler in enumerate(self.handlers, 2)}
         values = zip(map(int, flat[0::width]), map(int, flat[1::width]), by_name.get("seconds", empty),
-                     *(by_name.get(name, empty) for name in _ORDER))
+                     *(by_name.get(name, empty) for name in _ORDER), strict=False)
         return [record for record in map(Record._make, values) if record.iteration_time_s], len(rows)
 
 
@@ -279,7 +279,7 @@ def _megatron_range(task: tuple[str, int, int]) -> tuple[list[list], list[str], 
         fh.seek(start)
         text = fh.read(end - start).decode("utf-8", errors="replace")
     records, keys, line = _megatron_serial(text)
-    return [list(column) for column in zip(*records)], keys, line  # columns cross the pipe fastest
+    return [list(column) for column in zip(*records, strict=False)], keys, line  # columns cross the pipe fastest
 
 
 def _megatron_file(path: Path) -> Parsed | None:
@@ -301,13 +301,13 @@ def _megatron_file(path: Path) -> Parsed | None:
                 cuts.append(size * k // workers + newline + 1)
     cuts.append(size)
     with ProcessPoolExecutor(len(cuts) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
-        parts = list(pool.map(_megatron_range, [(str(path), a, b) for a, b in zip(cuts, cuts[1:])]))
+        parts = list(pool.map(_megatron_range, [(str(path), a, b) for a, b in zip(cuts, cuts[1:], strict=False)]))
     records: list[Record] = []
     seen: set[int] = set()
     for columns, _, _ in parts:  # earlier ranges first: the first complete copy of an iteration counts
         if not columns:
             continue
-        rows = map(Record._make, zip(*columns))
+        rows = map(Record._make, zip(*columns, strict=False))
         records += rows if seen.isdisjoint(columns[0]) else (r for r in rows if r.iteration not in seen)
         seen.update(columns[0])
     if not records:
@@ -341,7 +341,7 @@ def _parse_nxdt(text: str) -> tuple[list[Record], str | None]:
         consumed = post.get("consumed_samples")
         latest[iteration] = (record, consumed)  # a redraw refines the same step: the last one counts
     steps = sorted(latest)
-    deltas = [(latest[b][1] - latest[a][1]) / (b - a) for a, b in zip(steps, steps[1:])
+    deltas = [(latest[b][1] - latest[a][1]) / (b - a) for a, b in zip(steps, steps[1:], strict=False)
               if latest[a][1] is not None and latest[b][1] is not None and latest[b][1] > latest[a][1]]
     gbs = int(round(statistics.median(deltas))) if deltas else None
     records = []

@@ -11,8 +11,19 @@ from typing import Any
 from nlp_bench import flops
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.workspace import (JOB_OUT, JOBSCRIPT, POINT_JSON, PREDICTION_JSON, PROVENANCE_ENV, RESULT_JSON,
-                                      RUN_JSON, STATE_JSON, Run, now_iso, read_optional)
+from nlp_bench.workspace import (
+    JOB_OUT,
+    JOBSCRIPT,
+    POINT_JSON,
+    PREDICTION_JSON,
+    PROVENANCE_ENV,
+    RESULT_JSON,
+    RUN_JSON,
+    STATE_JSON,
+    Run,
+    now_iso,
+    read_optional,
+)
 
 #: The JUPITER JUBE result columns, then what users need beyond them.
 COLUMNS = [

@@ -3,25 +3,40 @@
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import re
 import shlex
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
 from nlp_bench.analysis import parsers
 from nlp_bench.analysis.results import run_rows
-from nlp_bench.errors import SpecError
+from nlp_bench.errors import PlanError, SpecError
+from nlp_bench.fsio import read_json, write_json_atomic
 from nlp_bench.launch import states
 from nlp_bench.launch.executor import Executor, wait
 from nlp_bench.launch.executors import get_executor
 from nlp_bench.launch.render import render_compile_script, render_jobscript
 from nlp_bench.report.table import render
 from nlp_bench.spec.benchmark import Point, load_benchmark
-from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.workspace import (COMPILE_SCRIPT, JOB_ERR, JOB_OUT, JOBSCRIPT, POINT_JSON, PREDICTION_JSON, argv,
-                                       create_run, write_point)
+from nlp_bench.workspace import (
+    COMPILE_SCRIPT,
+    DROPPED_CSV,
+    JOB_ERR,
+    JOB_OUT,
+    JOBSCRIPT,
+    POINT_JSON,
+    PREDICTION_JSON,
+    DroppedLog,
+    argv,
+    create_run,
+    dropped_rows,
+    write_point,
+)
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -111,41 +126,153 @@ def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system:
     """`bench run`: one point. Returns the exit code for the CLI: 0 success, 1 a job that failed."""
     benchmark = load_benchmark(benchmark_name)
     point = benchmark.point(tag, system, **layout)
-    return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, {}, options)
+    return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, options)
+
+
+#: points a sweep writes without being told it may write more (--max-points)
+DEFAULT_MAX_POINTS = 1000
+
+
+@dataclass
+class Selection:
+    """What a sweep keeps of a grid's stream of outcomes: at most `limit` points (or the `top` fastest by
+    the planner's prediction) in memory, every other outcome counted and logged to the DroppedLog."""
+
+    log: DroppedLog
+    limit: int
+    top: int | None
+    keep_unfit: bool
+    predict: Callable
+    points: list[Point] = field(default_factory=list)
+    predicted: dict[str, dict] = field(default_factory=dict)
+    runnable: int = 0  # points that passed every check: more than `points` holds when over the limit
+    _heap: list = field(default_factory=list)
+
+    def offer(self, point: Point) -> None:
+        found = self.predict(point)
+        if found is not None and not found["fits"] and not self.keep_unfit:
+            self.log.add(_layout(point), f"planner: {found['reason']}", "planner: does not fit in device memory")
+            return
+        self.runnable += 1
+        if self.top is None:
+            if len(self.points) < self.limit:
+                self.points.append(point)
+                self._remember(point, found)
+            return
+        if found is None:
+            raise PlanError(f"--top needs predictions, and system {point.system.name!r} lacks the figures the "
+                            "planner times with")
+        entry = (found["tokens_per_s"], -self.runnable, point, found)
+        out = heapq.heappushpop(self._heap, entry) if len(self._heap) >= self.top else heapq.heappush(self._heap, entry)
+        if out is not None:
+            tps, _, slower, _ = out
+            self.log.add(_layout(slower), f"planner: not among the {self.top} fastest (predicted {tps:,.0f} tokens/s)",
+                         f"planner: not among the {self.top} fastest")
+
+    def _remember(self, point: Point, found: dict | None) -> None:
+        if found is not None:
+            self.predicted[point.id] = found
+
+    def finish(self) -> list[Point]:
+        """The points to write: in grid order, or fastest first with --top."""
+        if self.top is not None:
+            for *_, point, found in sorted(self._heap, key=lambda e: (-e[0], -e[1])):
+                self.points.append(point)
+                self._remember(point, found)
+        return self.points
+
+
+def _layout(point: Point) -> dict[str, int]:
+    return {k: getattr(point.layout, k) for k in ("nodes", "tp", "pp", "mbs", "gas")}
 
 
 def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
                   no_rules: bool, max_points: int | None, verbose: bool, options: LaunchOptions = LaunchOptions(),
                   top: int | None = None, keep_unfit: bool = False) -> int:
-    """`bench sweep`: every point of a grid file, with every dropped point and its reason kept. Points the
-    planner predicts not to fit in device memory are dropped too (with the predicted memory), and with
-    `top` only the K points it predicts fastest are run (`keep_unfit`: trust the grid, not the planner)."""
-    from nlp_bench.app.planning import select_points
-    from nlp_bench.sweep.grid import LAYOUT, expand, load_grid
+    """`bench sweep`: every point of a grid file, streamed: points the planner predicts not to fit in device
+    memory are dropped too (with the predicted memory; `keep_unfit` trusts the grid instead), and with
+    `top` only the K points it predicts fastest are run. Every dropped point is logged with its reason.
+    A sweep that would write more than `max_points` point folders writes nothing and says how to narrow it."""
+    from nlp_bench.app.planning import Predictor
+    from nlp_bench.sweep.grid import LAYOUT, Dropped, combinations, load_grid, outcomes
 
     grid = load_grid(grid_path)
-    expansion = expand(grid, tag=tag, system=system, no_rules=no_rules, max_points=max_points)
-    dropped = [{"params": d.params, "reason": d.reason} for d in expansion.dropped]
-    kept, planned_out, _ = select_points(results_dir, expansion.points, top, keep_unfit)
-    dropped += [{"params": {k: getattr(p.layout, k) for k in LAYOUT}, "reason": reason} for p, reason in planned_out]
-    expansion = replace(expansion, points=kept)
-    say(f"grid {grid_path}: {expansion.combinations} combinations, {len(expansion.points)} points, "
-        f"{len(dropped)} dropped")
-    shown = dropped if verbose else dropped[:10]
-    for d in shown:
-        where = " ".join(f"{k}={d['params'][k]}" for k in LAYOUT)
-        say(f"  dropped {where}: {d['reason']}")
-    if len(shown) < len(dropped):
-        say(f"  ... and {len(dropped) - len(shown)} more (--verbose lists them; run.json keeps them all)")
-    if not expansion.points:
-        raise SpecError(f"none of the {expansion.combinations} combinations of {grid_path} is a runnable point")
-    first = expansion.points[0]
-    return _execute(results_dir, first.benchmark, first.tag, expansion.points, dry_run,
-                    {"grid": str(grid_path), "grid_spec": grid.raw, "dropped": dropped}, options)
+    limit = max_points or DEFAULT_MAX_POINTS
+    if top is not None and top > limit:
+        raise SpecError(f"--top {top} would write more than --max-points {limit} point folders; raise --max-points")
+    axes = [*LAYOUT, *(n for n in (*grid.matrix, *grid.zipped, *(n for n, _ in grid.derived)) if n not in LAYOUT)]
+    log = DroppedLog(axes)
+    chosen = Selection(log, limit, top, keep_unfit, Predictor(results_dir))
+    total = combinations(grid)
+    try:
+        with _progress(total, f"expanding {grid_path}") as advance:
+            for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules):
+                if isinstance(item, Dropped):
+                    log.add(item.params, item.reason, item.rule)
+                else:
+                    chosen.offer(item)
+                advance()
+        points = chosen.finish()
+        if chosen.top is None and chosen.runnable > limit:
+            raise SpecError(f"the grid {grid_path} has {chosen.runnable:,} runnable points ({total:,} combinations), "
+                            f"more than --max-points {limit:,}: narrow its lists (or add exclude/constraints), run "
+                            f"the planner's fastest K with --top K, or raise --max-points; nothing was written")
+        if not points:
+            raise SpecError(f"none of the {total} combinations of {grid_path} is a runnable point")
+    except BaseException:
+        log.discard()
+        raise
+    say(f"grid {grid_path}: {total} combinations, {len(points)} points, {log.total} dropped")
+    for rule, count in log.counts.most_common():
+        say(f"  dropped {count:,}: {rule}")
+    first = points[0]
+    try:
+        return _execute(results_dir, first.benchmark, first.tag, points, dry_run, options, chosen.predicted,
+                       {"grid": str(grid_path), "grid_spec": grid.raw, "combinations": total,
+                        "dropped_by_rule": dict(log.counts), "dropped_file": DROPPED_CSV},
+                       on_run=lambda run: _keep_dropped(run, log, verbose))
+    except BaseException:
+        log.discard()
+        raise
+
+
+def _keep_dropped(run, log: DroppedLog, verbose: bool) -> None:
+    """Move the dropped points' log into the new run and show some of them (all with --verbose)."""
+    path = log.keep(run)
+    shown = 0
+    for row in dropped_rows(run):
+        if not verbose and shown == 10:
+            say(f"  ... and {log.total - shown:,} more (--verbose lists them; {path} keeps them all)")
+            break
+        where = " ".join(f"{k}={row[k]}" for k in ("nodes", "tp", "pp", "mbs", "gas"))
+        say(f"  dropped {where}: {row['reason']}")
+        shown += 1
+
+
+@contextlib.contextmanager
+def _progress(total: int, what: str):
+    """A progress bar on stderr for grids large enough to take a while; yields the per-item callback."""
+    if total < 200_000 or not console.is_terminal:
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task(what, total=total)
+        count = 0
+
+        def advance() -> None:
+            nonlocal count
+            count += 1
+            if count % 10_000 == 0:
+                bar.update(task, completed=count)
+
+        yield advance
 
 
 def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], dry_run: bool,
-             extra: dict, options: LaunchOptions) -> int:
+             options: LaunchOptions, predicted: dict[str, dict] | None = None, extra: dict | None = None,
+             on_run: Callable | None = None) -> int:
     system = points[0].system
     executor = get_executor(system.executor)
     options.check(executor)
@@ -153,11 +280,14 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
         executor.check_available()  # fail before a workspace is written
     from nlp_bench.app.planning import predictions
 
-    run = create_run(results_dir, benchmark, tag, system.name, points, argv(), **extra)
+    run = create_run(results_dir, benchmark, tag, system.name, points, argv(), **(extra or {}))
+    if on_run is not None:
+        on_run(run)
     folders = [write_point(run, p, render_jobscript(p, options.hang_timeout_s), render_compile_script(p))
                for p in points]
-    predicted = predictions(results_dir, points)
-    for point, folder in zip(points, folders):
+    if predicted is None:
+        predicted = predictions(results_dir, points)
+    for point, folder in zip(points, folders, strict=False):
         if point.id in predicted:
             write_json_atomic(folder / PREDICTION_JSON, predicted[point.id], durable=False)
     say(f"run {run.id}: {benchmark} tag {tag} on {system.name}, {len(points)} point(s)")

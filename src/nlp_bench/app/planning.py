@@ -106,7 +106,7 @@ def fit_points(found: list[tuple[points.Planned, float, str]]) -> dict[str, tupl
             result = calibrate.fit(predict, [m for _, m, _ in items], [label for *_, label in items])
         except timing.NotPlannable as exc:
             raise PlanError(str(exc)) from None
-        checks = [(label, pred, meas) for (_, meas, label), pred in zip(items, predict(result.efficiency))]
+        checks = [(label, pred, meas) for (_, meas, label), pred in zip(items, predict(result.efficiency), strict=False)]
         out[name] = (result, checks)
     return out
 
@@ -118,45 +118,31 @@ def calibrate_and_store(results_dir: Path, refs: list[str], benchmark: str = "nl
     return fits
 
 
-def predictions(results_dir: Path, pts: list) -> dict[str, dict]:
-    """What the planner predicts for each benchmark point (by id); points on a system the planner cannot
-    time are left out."""
-    out: dict[str, dict] = {}
-    efficiencies: dict[str, tuple[timing.Efficiency, bool]] = {}
-    for point in pts:
+class Predictor:
+    """What the planner predicts for one benchmark point at a time (a sweep streams its points through
+    it); the fitted efficiencies are read once per system."""
+
+    def __init__(self, results_dir: Path) -> None:
+        self.results_dir = results_dir
+        self._efficiencies: dict[str, tuple[timing.Efficiency, bool]] = {}
+
+    def __call__(self, point) -> dict | None:
+        """tokens/s, memory, fits, reason and calibrated; None on a system the planner cannot time."""
         planned = points.from_point(point)
         name = planned.system.name
-        if name not in efficiencies:
-            efficiencies[name] = calibrate.load(results_dir, name)
-        eff, calibrated = efficiencies[name]
+        if name not in self._efficiencies:
+            self._efficiencies[name] = calibrate.load(self.results_dir, name)
+        eff, calibrated = self._efficiencies[name]
         try:
             p = ranking.predict(planned.model, planned.system, planned.candidate, eff, planned.swiglu)
         except timing.NotPlannable:
-            continue
-        out[point.id] = {"tokens_per_s": p.tokens_per_s, "memory_gib": p.memory_gib, "fits": p.fits,
-                         "reason": p.reason, "calibrated": calibrated}
-    return out
+            return None
+        return {"tokens_per_s": p.tokens_per_s, "memory_gib": p.memory_gib, "fits": p.fits, "reason": p.reason,
+                "calibrated": calibrated}
 
 
-def select_points(results_dir: Path, pts: list, top: int | None,
-                  keep_unfit: bool = False) -> tuple[list, list[tuple[object, str]], dict]:
-    """The points worth running: those predicted to fit in device memory (all, with `keep_unfit`), and
-    with `top` the K fastest of them. Returns (kept, [(dropped point, reason)], predictions by id)."""
-    predicted = predictions(results_dir, pts)
-    kept, dropped = [], []
-    for point in pts:
-        p = predicted.get(point.id)
-        if p is not None and not p["fits"] and not keep_unfit:
-            dropped.append((point, f"planner: {p['reason']}"))
-        else:
-            kept.append(point)
-    if top is not None:
-        timed = [pt for pt in kept if pt.id in predicted]
-        if len(timed) < len(kept):
-            raise PlanError(f"--top needs predictions, and system {kept[0].system.name!r} lacks the figures "
-                            "the planner times with")
-        timed.sort(key=lambda pt: -predicted[pt.id]["tokens_per_s"])
-        kept = timed[:top]
-        dropped += [(pt, f"planner: not among the {top} fastest (predicted {predicted[pt.id]['tokens_per_s']:,.0f} "
-                         "tokens/s)") for pt in timed[top:]]
-    return kept, dropped, predicted
+def predictions(results_dir: Path, pts: list) -> dict[str, dict]:
+    """What the planner predicts for each benchmark point (by id); points on a system the planner cannot
+    time are left out."""
+    predict = Predictor(results_dir)
+    return {point.id: found for point in pts if (found := predict(point)) is not None}

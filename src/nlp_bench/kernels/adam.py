@@ -5,6 +5,7 @@ where eager code needs a separate cast and copy."""
 from __future__ import annotations
 
 import math
+
 import torch
 import triton
 import triton.language as tl

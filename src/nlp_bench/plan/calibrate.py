@@ -42,7 +42,7 @@ def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], lab
             predicted = predict(Efficiency(compute, network))
         except ZeroDivisionError:
             return math.inf
-        return sum(math.log(p / m) ** 2 for p, m in zip(predicted, measured))
+        return sum(math.log(p / m) ** 2 for p, m in zip(predicted, measured, strict=False))
 
     grid = {k: [lo * (hi / lo) ** (i / 15) for i in range(16)] for k, (lo, hi) in BOUNDS.items()}
     best = min(itertools.product(grid["compute"], grid["network"]), key=lambda cn: cost(*cn))
@@ -60,7 +60,7 @@ def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], lab
             step /= 2
     eff = Efficiency(*best)
     predicted = predict(eff)
-    errors = [p / m - 1 for p, m in zip(predicted, measured)]
+    errors = [p / m - 1 for p, m in zip(predicted, measured, strict=False)]
     return Fit(eff, math.sqrt(value / len(measured)), max(abs(e) for e in errors), labels)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nlp_bench.spec.layout import Layout, problems as layout_problems
+from nlp_bench.spec.layout import Layout
+from nlp_bench.spec.layout import problems as layout_problems
 from nlp_bench.spec.models import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")

@@ -59,49 +59,51 @@ def parallel_violations(*, world: int, tp: int, pp: int, num_layers: int, num_at
     per chunk (`layers_per_chunk`, Megatron's --num-layers-per-virtual-pipeline-stage)."""
     out: list[Violation] = []
 
-    def need(ok: bool, rule: str, message: str) -> None:
+    def need(ok: bool, rule: str, message) -> None:
+        """`message` is a function: the words are only made for a rule that is broken (sweeps check
+        millions of combinations)."""
         if not ok:
-            out.append(Violation(rule, message))
+            out.append(Violation(rule, message()))
 
-    need(world % (tp * pp) == 0, "tp-pp-world", f"tp x pp = {tp * pp} must divide the {world} {devices}")
-    need(num_attention_heads % tp == 0, "tp-heads",
+    need(world % (tp * pp) == 0, "tp-pp-world", lambda: f"tp x pp = {tp * pp} must divide the {world} {devices}")
+    need(num_attention_heads % tp == 0, "tp-heads", lambda:
          f"tp {tp} must divide the number of attention heads {num_attention_heads} "
          "(--tensor-model-parallel-size, --num-attention-heads)")
-    need(ffn_hidden_size % tp == 0, "tp-ffn", f"tp {tp} must divide the MLP width {ffn_hidden_size} (--ffn-hidden-size)")
-    need(num_layers % pp == 0, "pp-layers",
+    need(ffn_hidden_size % tp == 0, "tp-ffn", lambda: f"tp {tp} must divide the MLP width {ffn_hidden_size} (--ffn-hidden-size)")
+    need(num_layers % pp == 0, "pp-layers", lambda:
          f"pp {pp} must divide the number of layers {num_layers} (--pipeline-model-parallel-size, --num-layers)")
     if hidden_size is not None:
-        need(hidden_size % num_attention_heads == 0, "heads-hidden",
+        need(hidden_size % num_attention_heads == 0, "heads-hidden", lambda:
              f"the number of attention heads {num_attention_heads} must divide the hidden size {hidden_size}")
     if sequence_parallel:
-        need(tp > 1, "sp-tp", "sequence parallelism (--sequence-parallel) needs tp > 1")
+        need(tp > 1, "sp-tp", lambda: "sequence parallelism (--sequence-parallel) needs tp > 1")
         if seq_length is not None:
-            need(seq_length % tp == 0, "sp-seq", f"sequence parallelism needs tp {tp} to divide the sequence "
+            need(seq_length % tp == 0, "sp-seq", lambda: f"sequence parallelism needs tp {tp} to divide the sequence "
                                                  f"length {seq_length}")
     if layers_per_chunk is not None:
-        need(layers_per_chunk >= 1, "vp-size", "--num-layers-per-virtual-pipeline-stage must be at least 1")
+        need(layers_per_chunk >= 1, "vp-size", lambda: "--num-layers-per-virtual-pipeline-stage must be at least 1")
         if layers_per_chunk >= 1:
-            need(num_layers % (pp * layers_per_chunk) == 0, "vp-layers",
+            need(num_layers % (pp * layers_per_chunk) == 0, "vp-layers", lambda:
                  f"the number of layers {num_layers} must be a multiple of pp x layers per virtual stage = "
                  f"{pp * layers_per_chunk} (--num-layers-per-virtual-pipeline-stage)")
             chunks = num_layers // (pp * layers_per_chunk) if num_layers % (pp * layers_per_chunk) == 0 else 0
-            need(chunks != 1, "vp-chunks", "the interleaved schedule needs at least 2 model chunks per rank "
+            need(chunks != 1, "vp-chunks", lambda: "the interleaved schedule needs at least 2 model chunks per rank "
                                            "(layers / (pp x --num-layers-per-virtual-pipeline-stage) > 1)")
     interleaved = layers_per_chunk is not None or chunks > 1
     if interleaved:
-        need(pp > 1, "vp-pp", "interleaving (--num-layers-per-virtual-pipeline-stage) needs pp > 1")
+        need(pp > 1, "vp-pp", lambda: "interleaving (--num-layers-per-virtual-pipeline-stage) needs pp > 1")
         if layers_per_chunk is None:
-            need(num_layers % (pp * chunks) == 0, "vp-layers",
+            need(num_layers % (pp * chunks) == 0, "vp-layers", lambda:
                  f"interleaving (vp {chunks}) needs pp x vp = {pp * chunks} to divide the {num_layers} layers")
     dp = world // (tp * pp) if world % (tp * pp) == 0 else None
     if dp is not None and global_batch_size is not None and micro_batch_size is not None:
-        need(global_batch_size % (micro_batch_size * dp) == 0, "gbs-mbs-dp",
+        need(global_batch_size % (micro_batch_size * dp) == 0, "gbs-mbs-dp", lambda:
              f"the global batch {global_batch_size} must be a multiple of mbs x dp = {micro_batch_size} x {dp} "
              "(--global-batch-size, --micro-batch-size)")
         if global_batch_size % (micro_batch_size * dp) == 0:
             micro_batches = global_batch_size // (micro_batch_size * dp)
     if interleaved and pp > 1 and micro_batches is not None:
-        need(micro_batches % pp == 0, "vp-microbatches",
+        need(micro_batches % pp == 0, "vp-microbatches", lambda:
              f"the interleaved schedule needs the micro-batches per iteration ({micro_batches}) to be a multiple "
              f"of pp {pp}")
     return out

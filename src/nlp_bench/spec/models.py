@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from nlp_bench import flops
-
 from nlp_bench.errors import SpecError, unknown
 
 #: GPT-2 BPE vocabulary size (gpt2-vocab.json holds this many entries).

@@ -9,7 +9,6 @@ import yaml
 
 from nlp_bench.errors import SpecError, did_you_mean
 
-
 #: libyaml's parser when PyYAML was built with it (several times faster), the same safe subset either way
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

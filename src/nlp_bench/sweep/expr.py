@@ -80,7 +80,7 @@ class Expression:
             return all(values) if isinstance(node.op, ast.And) else any(values)
         if isinstance(node, ast.Compare):
             left = self._eval(node.left, env)
-            for op, comparator in zip(node.ops, node.comparators):
+            for op, comparator in zip(node.ops, node.comparators, strict=False):
                 right = self._eval(comparator, env)
                 if not _COMPARE[type(op)](left, right):
                     return False

@@ -30,12 +30,14 @@ import hashlib
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nlp_bench.errors import LayoutError, SpecError, did_you_mean
 from nlp_bench.spec.benchmark import Benchmark, Point, load_benchmark
+from nlp_bench.spec.layout import parallel_violations
 from nlp_bench.spec.models import SHAPE, ModelSpec
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 from nlp_bench.sweep.expr import EvaluationError, Expression
@@ -68,10 +70,14 @@ class Grid:
 class Dropped:
     params: dict[str, Any]
     reason: str
+    #: what dropped points are counted by: the rule, exclude or constraint, without this point's numbers
+    rule: str
 
 
 @dataclass
 class Expansion:
+    """A whole expansion in memory: for small grids and tests; sweeps stream outcomes() instead."""
+
     points: list[Point] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
     combinations: int = 0
@@ -146,7 +152,7 @@ def load_grid(path: str | Path) -> Grid:
                 rules["exclude"], rules["constraints"], dict(train), data)
 
 
-def _base(benchmark: Benchmark, tag: str, model: ModelSpec, point: Point) -> dict[str, Any]:
+def _base(model: ModelSpec, point: Point) -> dict[str, Any]:
     train = point.train
     precision = "bf16" if train.get("bf16") else "fp16" if train.get("fp16") else "fp32"
     lay = point.layout
@@ -154,14 +160,34 @@ def _base(benchmark: Benchmark, tag: str, model: ModelSpec, point: Point) -> dic
             **{name: getattr(model, name) for name in MODEL}, **{READ_ONLY[0]: lay.devices_per_node}}
 
 
-def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False,
-           max_points: int | None = None) -> Expansion:
-    """All points of the grid, each either kept (resolved) or dropped with its reason."""
+def combinations(grid: Grid) -> int:
+    """How many combinations the grid spans, counted without making them."""
+    total = len(next(iter(grid.zipped.values()))) if grid.zipped else 1
+    for values in grid.matrix.values():
+        total *= len(values)
+    return total
+
+
+def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False) -> Expansion:
+    """Every outcome of a grid collected in memory (a small grid's, a test's); see outcomes()."""
+    out = Expansion(combinations=combinations(grid))
+    for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules):
+        (out.dropped if isinstance(item, Dropped) else out.points).append(item)
+    return out
+
+
+def outcomes(grid: Grid, *, tag: str | None = None, system: str | None = None,
+             no_rules: bool = False) -> Iterator[Point | Dropped]:
+    """Every combination of the grid, in order, as a resolved Point or as Dropped with its reason.
+
+    A generator: memory stays bounded whatever the grid's size, but for the identities of the valid
+    points, kept (as 64-bit hashes) to drop duplicates. A combination that breaks a layout rule is
+    dropped by the rule check on plain integers, before any Point is made for it."""
     benchmark = load_benchmark(grid.benchmark)
     tag = tag if tag is not None else grid.tag
     system = system if system is not None else grid.system
     start = benchmark.point(tag, system)
-    base = _base(benchmark, start.tag, start.model, start)
+    base = _base(start.model, start)
     fixed = set(benchmark.tags[start.tag].get("fixed") or [])
     touched = (set(grid.matrix) | set(grid.zipped) | {n for n, _ in grid.derived}) & fixed
     if ({"bf16", "fp16"} & set(grid.train)) and "precision" in fixed:
@@ -169,36 +195,55 @@ def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_
     if touched and not no_rules:
         raise SpecError(f"the benchmark's rules fix {', '.join(sorted(touched))} for tag {start.tag}; a sweep "
                         f"that changes them is not a benchmark submission: pass --no-rules to run it anyway")
-    names = list(grid.matrix)
-    combos = list(itertools.product(*(grid.matrix[n] for n in names))) or [()]
-    rows = list(zip(*grid.zipped.values())) or [()]
-    total = len(combos) * len(rows)
-    if max_points is not None and total > max_points:
-        raise SpecError(f"the grid expands to {total} combinations, more than --max-points {max_points}")
-    out = Expansion(combinations=total)
-    seen: dict[str, dict] = {}
-    for combo in combos:
+    names, zipped = list(grid.matrix), list(grid.zipped)
+    rows = list(zip(*grid.zipped.values(), strict=False)) or [()]
+    devices, max_nodes = start.layout.devices_per_node, start.system.max_nodes
+    seen: set[int] = set()
+    for combo in itertools.product(*(grid.matrix[n] for n in names)):
         for row in rows:
-            params = {**base, **dict(zip(names, combo)), **dict(zip(grid.zipped, row))}
+            params = {**base, **dict(zip(names, combo, strict=False)), **dict(zip(zipped, row, strict=False))}
             try:
                 for name, expr in grid.derived:
                     params[name] = expr(params)
-                reason = next((f"excluded by {e.text!r}" for e in grid.exclude if e(params)), None)
-                reason = reason or next((f"constraint {c.text!r} does not hold" for c in grid.constraints
-                                         if not c(params)), None)
-                if reason:
-                    out.dropped.append(Dropped(params, reason))
+                dropped = next((Dropped(params, f"excluded by {e.text!r}", f"exclude {e.text!r}")
+                                for e in grid.exclude if e(params)), None)
+                dropped = dropped or next((Dropped(params, f"constraint {c.text!r} does not hold",
+                                                   f"constraint {c.text!r}") for c in grid.constraints
+                                           if not c(params)), None)
+                dropped = dropped or _broken_rule(params, devices, max_nodes)
+                if dropped:
+                    yield dropped
                     continue
                 point = _resolve(benchmark, start.tag, system, params, base, grid.train)
-            except (EvaluationError, LayoutError) as exc:  # this point cannot be; the grid itself is fine
-                out.dropped.append(Dropped(params, str(exc)))
+            except EvaluationError as exc:  # this point cannot be; the grid itself is fine
+                yield Dropped(params, str(exc), "invalid value")
                 continue
-            if point.id in seen:
-                out.dropped.append(Dropped(params, f"duplicate of point {point.id}"))
+            except LayoutError as exc:
+                yield Dropped(params, str(exc), "layout rule of the system")
                 continue
-            seen[point.id] = params
-            out.points.append(point)
-    return out
+            key = hash(point.id)
+            if key in seen:
+                yield Dropped(params, f"duplicate of point {point.id}", "duplicate")
+                continue
+            seen.add(key)
+            yield point
+
+
+def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int | None) -> Dropped | None:
+    """The layout rules the combination breaks (spec.layout's rules, on its integers), or None."""
+    for name in (*LAYOUT, *MODEL):
+        value = params[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise EvaluationError(f"{name} must be an integer, got {value!r}")
+        if value < 1:
+            return Dropped(params, f"{name} must be a positive integer, got {value!r}", f"{name} < 1")
+    if max_nodes is not None and params["nodes"] > max_nodes:
+        return Dropped(params, f"{params['nodes']} nodes, more than the system's {max_nodes}", "more nodes than the system")
+    broken = parallel_violations(
+        world=params["nodes"] * devices_per_node, tp=params["tp"], pp=params["pp"], num_layers=params["num_layers"],
+        num_attention_heads=params["num_attention_heads"], ffn_hidden_size=params["ffn_hidden_size"],
+        hidden_size=params["hidden_size"], devices="devices")
+    return Dropped(params, "; ".join(v.message for v in broken), broken[0].rule) if broken else None
 
 
 def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[str, Any], base: dict[str, Any],

@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+
 class UsageError(Exception):
     """A flag combination the trainer cannot run; main() prints it as one line and exits 2."""
 

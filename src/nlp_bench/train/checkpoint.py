@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from nlp_bench.train.args import UsageError
-from nlp_bench.train.process_groups import ProcessGroups
 from nlp_bench.train.optimizer import FlatAdam
+from nlp_bench.train.process_groups import ProcessGroups
 from nlp_bench.train.rng import ParallelRNG
 
 LATEST = "latest_checkpointed_iteration.txt"

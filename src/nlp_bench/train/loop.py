@@ -21,13 +21,13 @@ from nlp_bench.spec.models import SHAPE, ModelSpec, pad_vocab
 from nlp_bench.train import checkpoint, collectives, pipeline
 from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.batches import IndexedData, MockData
-from nlp_bench.train.process_groups import ProcessGroups, build_process_groups
 from nlp_bench.train.layers import TensorParallel
 from nlp_bench.train.logline import IntervalLog
+from nlp_bench.train.lr_schedule import from_args
 from nlp_bench.train.model import GPTConfig, GPTStage, ModelChunks
 from nlp_bench.train.optimizer import FlatAdam, LossScaler
+from nlp_bench.train.process_groups import ProcessGroups, build_process_groups
 from nlp_bench.train.rng import ParallelRNG
-from nlp_bench.train.lr_schedule import from_args
 from nlp_bench.train.xla import STAND_IN, XlaRuntime
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

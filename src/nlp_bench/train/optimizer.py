@@ -125,7 +125,7 @@ class FlatAdam:
         # decay, biases and norms do not
         by_decay: dict[float, list[nn.Parameter]] = {weight_decay: [], 0.0: []}
         self._views: list[tuple[nn.Parameter, int, int]] = []  # (view, start, end) within the shard
-        for p, start in zip(self.params, offsets):
+        for p, start in zip(self.params, offsets, strict=False):
             a, b = max(start, lo), min(start + p.numel(), lo + self.shard_size)
             if b > a:
                 view = nn.Parameter(self.master[a - lo:b - lo], requires_grad=False)
