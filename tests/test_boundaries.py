@@ -122,3 +122,10 @@ def test_no_import_circle():
     graph = {m: {n for n in imports(p) if n in MODULES and n != m and not m.startswith(n + ".")}
              for m, p in MODULES.items()}
     assert circles(graph) == []
+
+
+def test_no_two_modules_share_a_name():
+    """One meaning per name: a module's file name says what it is wherever it sits (a process grid is not
+    a sweep grid)."""
+    names = [m.rsplit(".", 1)[-1] for m, p in MODULES.items() if p.stem not in ("__init__", "__main__")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
