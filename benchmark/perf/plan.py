@@ -2,7 +2,9 @@
 development machine): the 175B model on JUWELS Booster, every tp, pp, vp, micro-batch size, recompute
 choice and optimizer sharding on 64, 96 and 128 nodes, with gradient accumulation pinned to several values
 (so the global batch varies, as in a sweep). Prints the layouts evaluated, how many fit, the median
-time of --repeats rankings, and the rate; the reference is the same space's enumeration alone.
+time of --repeats rankings, and the rate; the reference is the same space's enumeration alone. Each
+prediction carries its interval and extrapolation flag (issue 16), as `bench plan` computes them; the
+planner's leave-one-out validation itself runs once before the timing (and is kept on disk by `bench plan`).
 
     python benchmark/perf/plan.py [--repeats 5]
 """
@@ -13,8 +15,7 @@ import argparse
 import statistics
 import time
 
-from nlp_bench.plan import points, ranking
-from nlp_bench.plan.timing import Efficiency
+from nlp_bench.plan import points, ranking, validation
 from nlp_bench.spec.benchmark import load_benchmark
 
 SPACE = ranking.Space(nodes=(64, 96, 128), gas=(8, 16, 32))
@@ -25,6 +26,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     base = points.from_point(load_benchmark("nlp").point("175"))
+    trust = validation.trust(None)
     count = sum(1 for _ in ranking.candidates(base.model, base.system, SPACE, base.candidate))
     enum_times, rank_times = [], []
     for _ in range(args.repeats):
@@ -33,7 +35,8 @@ def main() -> None:
             pass
         enum_times.append(time.perf_counter() - start)
         start = time.perf_counter()
-        good, pruned = ranking.rank(base.model, base.system, SPACE, base.candidate, Efficiency())
+        good, pruned = ranking.rank(base.model, base.system, SPACE, base.candidate, trust.efficiency,
+                                     trust=trust)
         rank_times.append(time.perf_counter() - start)
     t_enum, t_rank = statistics.median(enum_times), statistics.median(rank_times)
     print(f"{count:,} layouts ({len(good) + len(pruned):,} distinct): {len(good):,} fit and run, {len(pruned):,} pruned")

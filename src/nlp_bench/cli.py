@@ -392,17 +392,25 @@ def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_js
               help="Find the fewest nodes whose best layout reaches this time_to_report.")
 @click.option("--calibrate", "calibrate_", is_flag=True,
               help="Fit the planner to the measured RUNs (or `reference`, the published rows) and keep the fit.")
-@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON list instead of a table.")
+@click.option("--validate", "validate_", is_flag=True,
+              help="Leave-one-out over the published corpus: each row predicted by a fit on all the others.")
+@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON instead of a table.")
 @click.pass_context
 def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas, recompute,
-                 global_batch_size, top, target_seconds, calibrate_, as_json) -> None:
+                 global_batch_size, top, target_seconds, calibrate_, validate_, as_json) -> None:
     """Predict memory per device, tokens/s and time_to_report of layouts before running them, ranked."""
     import json
 
     from nlp_bench.app import planning
-    from nlp_bench.report.plan_text import render_calibration, render_plan, render_target
+    from nlp_bench.report.plan_text import render_calibration, render_plan, render_target, render_validation
 
     results_dir = ctx.obj["results_dir"]
+    if validate_:
+        if runs or calibrate_ or target_seconds is not None:
+            raise click.UsageError("--validate takes no RUN, --calibrate or --target-seconds")
+        found = planning.validate(results_dir)
+        click.echo(json.dumps(found, indent=2) if as_json else render_validation(found), nl=as_json)
+        return
     if runs and not calibrate_:
         raise click.UsageError("RUN arguments go with --calibrate")
     if calibrate_:

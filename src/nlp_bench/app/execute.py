@@ -165,8 +165,10 @@ class Selection:
         entry = (found["tokens_per_s"], -self.runnable, point, found)
         out = heapq.heappushpop(self._heap, entry) if len(self._heap) >= self.top else heapq.heappush(self._heap, entry)
         if out is not None:
-            tps, _, slower, _ = out
-            self.log.add(_layout(slower), f"planner: not among the {self.top} fastest (predicted {tps:,.0f} tokens/s)",
+            tps, _, slower, found = out
+            self.log.add(_layout(slower), f"planner: not among the {self.top} fastest (predicted {tps:,.0f} tokens/s, "
+                         f"{found['tokens_per_s_low']:,.0f}-{found['tokens_per_s_high']:,.0f} if the planner errs as "
+                         f"on its corpus{'; an extrapolation' if found['extrapolated'] else ''})",
                          f"planner: not among the {self.top} fastest")
 
     def _remember(self, point: Point, found: dict | None) -> None:

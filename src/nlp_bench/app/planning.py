@@ -9,25 +9,52 @@ from collections import defaultdict
 from pathlib import Path
 
 from nlp_bench.errors import PlanError
-from nlp_bench.plan import calibrate, points, ranking, timing
+from nlp_bench.plan import calibrate, points, ranking, timing, validation
 from nlp_bench.plan.ranking import Prediction, Space
 from nlp_bench.spec.benchmark import load_benchmark
 
 #: The keys every object of `bench plan --json` has (README, "Planning"; tests pin them).
 JSON_KEYS = ("nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "global_batch_size", "recompute",
-             "distributed_optimizer", "sequence_parallel", "memory_gib", "fits", "tokens_per_s", "time_to_report_s",
-             "reason", "calibrated")
+             "distributed_optimizer", "sequence_parallel", "memory_gib", "fits", "tokens_per_s", "tokens_per_s_low",
+             "tokens_per_s_high", "time_to_report_s", "extrapolated", "outside_corpus", "reason", "calibrated")
+#: The keys of `bench plan --validate --json` (README, "Planning").
+VALIDATE_KEYS = ("source", "model", "system", "nodes", "tp", "pp", "dp", "measured", "predicted", "error")
+
+
+def _progress(done: int, total: int) -> None:
+    """One line on a terminal's stderr, rewritten in place; nothing in a pipe or a log, where an error must
+    stay the only line."""
+    import sys
+
+    if sys.stderr.isatty():
+        print(f"\rvalidating the planner on its {total}-row corpus (once per corpus and model version): "
+              f"{done + 1}/{total}", end="" if done + 1 < total else "\n", file=sys.stderr, flush=True)
+
+
+def trust(results_dir: Path) -> validation.Trust:
+    """The corpus fit and its leave-one-out errors (computed once, then read from the results folder)."""
+    try:
+        return validation.trust(results_dir, _progress)
+    except timing.NotPlannable as exc:
+        raise PlanError(f"the planner corpus names a system the planner cannot time: {exc}") from None
+
+
+def efficiency(results_dir: Path, system: str, basis: validation.Trust) -> tuple[timing.Efficiency, bool]:
+    """The system's own calibration and True, or the corpus fit and False."""
+    own = calibrate.load(results_dir, system)
+    return (own, True) if own is not None else (basis.efficiency, False)
 
 
 def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
          top: int) -> tuple[list[Prediction], list[Prediction], bool, points.Planned]:
     """(best layouts, pruned layouts, calibrated?, the tag's own point) for the tag on the system."""
     base = points.from_point(load_benchmark(benchmark).point(tag, system))
-    eff, calibrated = calibrate.load(results_dir, base.system.name)
+    basis = trust(results_dir)
+    eff, calibrated = efficiency(results_dir, base.system.name, basis)
     nodes = space.pop("nodes") or (base.candidate.nodes,)
     try:
         good, pruned = ranking.rank(base.model, base.system, Space(nodes=tuple(nodes), **space), base.candidate, eff,
-                                 base.swiglu)
+                                    base.swiglu, basis)
     except timing.NotPlannable as exc:
         raise PlanError(str(exc)) from None
     return good[:top], pruned, calibrated, base
@@ -36,14 +63,27 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
 def target(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
            seconds: float) -> tuple[Prediction | None, bool, points.Planned]:
     base = points.from_point(load_benchmark(benchmark).point(tag, system))
-    eff, calibrated = calibrate.load(results_dir, base.system.name)
+    basis = trust(results_dir)
+    eff, calibrated = efficiency(results_dir, base.system.name, basis)
     space.pop("nodes", None)
     try:
         best = ranking.smallest_nodes(base.model, base.system, Space(nodes=(1,), **space), base.candidate, eff,
-                                   seconds, base.swiglu)
+                                      seconds, base.swiglu, trust=basis)
     except timing.NotPlannable as exc:
         raise PlanError(str(exc)) from None
     return best, calibrated, base
+
+
+def validate(results_dir: Path) -> dict:
+    """`bench plan --validate`: each corpus row predicted by a fit on all the others."""
+    basis = trust(results_dir)
+    rows = [{"id": c.id, "source": c.source, "model": c.model, "system": c.system, "nodes": c.nodes, "tp": c.tp,
+             "pp": c.pp, "dp": c.dp, "measured": round(c.measured, 1), "predicted": round(c.predicted, 1),
+             "error": round(c.error, 4)} for c in basis.checked]
+    return {"rows": rows, "median_abs_error": round(basis.median_abs_error, 4),
+            "max_abs_error": round(basis.max_abs_error, 4), "error_quantiles": [round(basis.error_low, 4),
+                                                                                round(basis.error_high, 4)],
+            "efficiency": basis.efficiency.to_dict(), "pinned": basis.pinned}
 
 
 def _reference_points(benchmark: str) -> list[tuple[points.Planned, float, str]]:
@@ -92,18 +132,20 @@ def measured(results_dir: Path, refs: list[str], benchmark: str = "nlp") -> list
     return found
 
 
-def fit_points(found: list[tuple[points.Planned, float, str]]) -> dict[str, tuple[calibrate.Fit, list[tuple[str, float, float]]]]:
+def fit_points(results_dir: Path, found: list[tuple[points.Planned, float, str]]) -> dict[str, tuple[calibrate.Fit, list[tuple[str, float, float]]]]:
     """A fit per system, with (label, predicted, measured) for each point."""
     by_system: dict[str, list] = defaultdict(list)
     for item in found:
         by_system[item[0].system.name].append(item)
     out = {}
+    start = trust(results_dir).efficiency
     for name, items in by_system.items():
         def predict(eff, items=items):
             return [ranking.predict(p.model, p.system, p.candidate, eff, p.swiglu).tokens_per_s
                     for p, _, _ in items]
         try:
-            result = calibrate.fit(predict, [m for _, m, _ in items], [label for *_, label in items])
+            result = calibrate.fit(predict, [m for _, m, _ in items], [label for *_, label in items],
+                                   free=calibrate.system_free(len(items)), start=start)
         except timing.NotPlannable as exc:
             raise PlanError(str(exc)) from None
         checks = [(label, pred, meas) for (_, meas, label), pred in zip(items, predict(result.efficiency), strict=False)]
@@ -112,7 +154,7 @@ def fit_points(found: list[tuple[points.Planned, float, str]]) -> dict[str, tupl
 
 
 def calibrate_and_store(results_dir: Path, refs: list[str], benchmark: str = "nlp") -> dict:
-    fits = fit_points(measured(results_dir, refs, benchmark))
+    fits = fit_points(results_dir, measured(results_dir, refs, benchmark))
     for name, (result, _) in fits.items():
         calibrate.save(results_dir, name, result)
     return fits
@@ -125,20 +167,25 @@ class Predictor:
     def __init__(self, results_dir: Path) -> None:
         self.results_dir = results_dir
         self._efficiencies: dict[str, tuple[timing.Efficiency, bool]] = {}
+        self._trust: validation.Trust | None = None
 
     def __call__(self, point) -> dict | None:
-        """tokens/s, memory, fits, reason and calibrated; None on a system the planner cannot time."""
+        """tokens/s with its interval, memory, fits, reason, extrapolated and calibrated; None on a system the
+        planner cannot time."""
         planned = points.from_point(point)
         name = planned.system.name
+        if self._trust is None:
+            self._trust = trust(self.results_dir)
         if name not in self._efficiencies:
-            self._efficiencies[name] = calibrate.load(self.results_dir, name)
+            self._efficiencies[name] = efficiency(self.results_dir, name, self._trust)
         eff, calibrated = self._efficiencies[name]
         try:
-            p = ranking.predict(planned.model, planned.system, planned.candidate, eff, planned.swiglu)
+            p = ranking.predict(planned.model, planned.system, planned.candidate, eff, planned.swiglu, self._trust)
         except timing.NotPlannable:
             return None
-        return {"tokens_per_s": p.tokens_per_s, "memory_gib": p.memory_gib, "fits": p.fits, "reason": p.reason,
-                "calibrated": calibrated}
+        return {"tokens_per_s": p.tokens_per_s, "tokens_per_s_low": p.tokens_per_s_low,
+                "tokens_per_s_high": p.tokens_per_s_high, "memory_gib": p.memory_gib, "fits": p.fits,
+                "reason": p.reason, "extrapolated": p.extrapolated, "calibrated": calibrated}
 
 
 def predictions(results_dir: Path, pts: list) -> dict[str, dict]:

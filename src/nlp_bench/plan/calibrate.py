@@ -1,11 +1,14 @@
-"""Fit the time model's two efficiencies to measured runs, and keep the fit per system.
+"""Fit the time model's constants to measured runs, and keep a system's fit.
 
 Least squares on log(predicted / measured tokens/s), so a 5% miss weighs the same at 13B and 175B.
-With two parameters a coarse grid finds the basin and a shrinking pattern search polishes it: no
-solver library needed for a smooth function of two variables, and the search stays in a stated range:
-compute efficiency in (0, 1]; network efficiency up to 8, because the time model adds communication
-serially, and a fit above 1 says how much of it the measured runs hid behind computation (on the
-JUWELS Booster reference rows it comes out near 7).
+With at most four smooth parameters a coarse grid finds the basin and a shrinking pattern search
+polishes it: no solver library needed, and the search stays inside stated bounds. The efficiencies are
+physical fractions, bounded by 1; a fit that ends on that bound wanted more, and says which term of the
+time model it cannot explain (the rows were faster than that term allows).
+
+The corpus fit (plan.validation) fits all four constants on published measurements; a system's own
+calibration (`bench plan --calibrate`) starts from it and refits as many efficiencies as its runs can
+pin (`system_free`): a few runs of one benchmark cannot pin four constants.
 """
 
 from __future__ import annotations
@@ -15,13 +18,26 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from nlp_bench.plan.timing import Efficiency
 
-BOUNDS = {"compute": (0.02, 1.0), "network": (0.01, 8.0)}
+BOUNDS = {"gemm": (0.05, 1.0), "gemm_half": (8.0, 4096.0), "network": (0.02, 1.0), "memory": (0.05, 1.0)}
+#: What it means when a fit ends on an efficiency's upper bound.
+UNEXPLAINED = {
+    "gemm": "compute: the rows ran faster than the peak and the GEMM curve allow",
+    "network": "communication: the rows hid more of their tensor-, pipeline- or data-parallel traffic than the "
+               "model's overlap allows",
+    "memory": "element-wise work and the optimizer step: the rows moved their bytes faster than device memory allows",
+}
+SYSTEM_FREE = ("gemm", "gemm_half", "network", "memory")  # refitted on a system's own runs, in this order
+
+
+def system_free(points: int) -> tuple[str, ...]:
+    """The efficiencies `points` measured runs of one system refit: one per run, at most three."""
+    return SYSTEM_FREE[:max(1, min(points, 3))]
 
 
 @dataclass(frozen=True)
@@ -30,62 +46,79 @@ class Fit:
     rms_log_error: float  # root mean square of log(pred/measured)
     max_error: float  # largest |pred/measured - 1|
     points: list[str]
+    pinned: list[str]  # the efficiencies that ended on their bound of 1, each with the term it cannot explain
+    free: tuple[str, ...] = tuple(BOUNDS)  # the constants fitted; the others were kept
+
+    def to_dict(self) -> dict:
+        return {**self.efficiency.to_dict(), "rms_log_error": self.rms_log_error, "max_error": self.max_error,
+                "points": self.points, "pinned": self.pinned, "fitted": list(self.free)}
 
 
-def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], labels: list[str]) -> Fit:
-    """`predict(eff)` gives tokens/s for each measured point, in order."""
+def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], labels: list[str],
+        free: Sequence[str] = tuple(BOUNDS), start: Efficiency | None = None) -> Fit:
+    """`predict(eff)` gives tokens/s for each measured point, in order; the constants named in `free` are
+    fitted, the others kept at `start`'s values."""
     if not measured:
         raise ValueError("nothing to calibrate on")
+    start = start or Efficiency()
 
-    def cost(compute: float, network: float) -> float:
+    def cost(values: Sequence[float]) -> float:
         try:
-            predicted = predict(Efficiency(compute, network))
+            predicted = predict(replace(start, **dict(zip(free, values, strict=True))))
         except ZeroDivisionError:
             return math.inf
-        return sum(math.log(p / m) ** 2 for p, m in zip(predicted, measured, strict=False))
+        return sum(math.log(p / m) ** 2 for p, m in zip(predicted, measured, strict=True))
 
-    grid = {k: [lo * (hi / lo) ** (i / 15) for i in range(16)] for k, (lo, hi) in BOUNDS.items()}
-    best = min(itertools.product(grid["compute"], grid["network"]), key=lambda cn: cost(*cn))
-    step = 0.25
-    value = cost(*best)
-    while step > 1e-5:
+    points = 6 if len(free) <= 2 else 4
+    axes = [[lo * (hi / lo) ** (i / (points - 1)) for i in range(points)] for lo, hi in (BOUNDS[k] for k in free)]
+    best = list(min(itertools.product(*axes), key=cost))
+    value, step = cost(best), 0.25
+    while step > 1e-4:
         moved = False
-        for dc, dn in ((1, 0), (-1, 0), (0, 1), (0, -1)):
-            trial = (min(max(best[0] * (1 + step * dc), BOUNDS["compute"][0]), BOUNDS["compute"][1]),
-                     min(max(best[1] * (1 + step * dn), BOUNDS["network"][0]), BOUNDS["network"][1]))
-            trial_value = cost(*trial)
-            if trial_value < value:
-                best, value, moved = trial, trial_value, True
+        for i, key in enumerate(free):
+            lo, hi = BOUNDS[key]
+            for sign in (1, -1):
+                trial = list(best)
+                trial[i] = min(max(best[i] * (1 + sign * step), lo), hi)
+                trial_value = cost(trial)
+                if trial_value < value:
+                    best, value, moved = trial, trial_value, True
         if not moved:
             step /= 2
-    eff = Efficiency(*best)
-    predicted = predict(eff)
-    errors = [p / m - 1 for p, m in zip(predicted, measured, strict=False)]
-    return Fit(eff, math.sqrt(value / len(measured)), max(abs(e) for e in errors), labels)
+    eff = replace(start, **dict(zip(free, best, strict=True)))
+    errors = [p / m - 1 for p, m in zip(predict(eff), measured, strict=True)]
+    pinned = [f"{key} = 1: {UNEXPLAINED[key]}" for key in free
+              if key in UNEXPLAINED and getattr(eff, key) >= BOUNDS[key][1] * (1 - 1e-6)]
+    return Fit(eff, math.sqrt(value / len(measured)), max(abs(e) for e in errors), labels, pinned, tuple(free))
 
 
 def _store(results_dir: Path) -> Path:
     return Path(results_dir) / "plan" / "calibration.json"
 
 
-def save(results_dir: Path, system: str, result: Fit) -> Path:
-    path = _store(results_dir)
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    data[system] = {**result.efficiency.to_dict(), "rms_log_error": result.rms_log_error,
-                    "max_error": result.max_error, "points": result.points}
+def write_json(path: Path, data: dict) -> None:
+    """Replace `path` whole, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".calibration.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.")
     with os.fdopen(fd, "w") as fh:
         json.dump(data, fh, indent=2, sort_keys=True)
     os.replace(tmp, path)
+
+
+def save(results_dir: Path, system: str, result: Fit) -> Path:
+    path = _store(results_dir)
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data[system] = result.to_dict()
+    write_json(path, data)
     return path
 
 
-def load(results_dir: Path, system: str) -> tuple[Efficiency, bool]:
-    """The system's fitted efficiencies and True, or the defaults and False."""
+def load(results_dir: Path, system: str) -> Efficiency | None:
+    """The system's own calibration, or None."""
     path = _store(results_dir)
     if path.is_file():
         entry = json.loads(path.read_text()).get(system)
         if entry:
-            return Efficiency(entry["compute"], entry["network"]), True
-    return Efficiency(), False
+            known = asdict(Efficiency())
+            return Efficiency(**{k: entry[k] for k in known if k in entry})
+    return None

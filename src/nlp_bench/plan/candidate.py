@@ -22,6 +22,8 @@ class Candidate(Layout):
     sequence_parallel: bool = True
     flash_attention: bool = True
     precision: str = "bf16"  # bf16 | fp16 | fp32
+    overlap_grad_reduce: bool = False  # Megatron's --overlap-grad-reduce
+    overlap_param_gather: bool = False  # Megatron's --overlap-param-gather
 
     def problems(self, model: ModelSpec) -> list[str]:
         """Why this layout cannot run the model (the spec's rules, and interleaving's); empty when it can."""

@@ -34,6 +34,8 @@ def candidate(layout: dict[str, Any], train: dict[str, Any], model: ModelSpec) -
         recompute=str(recompute), distributed_optimizer=bool(train.get("use-distributed-optimizer")),
         sequence_parallel=bool(train.get("sequence-parallel")), flash_attention=bool(train.get("use-flash-attn")),
         precision="bf16" if train.get("bf16") else "fp16" if train.get("fp16") else "fp32",
+        overlap_grad_reduce=bool(train.get("overlap-grad-reduce")),
+        overlap_param_gather=bool(train.get("overlap-param-gather")),
     )
 
 

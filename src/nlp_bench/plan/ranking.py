@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from nlp_bench import flops
 from nlp_bench.plan import memory, timing
 from nlp_bench.plan.candidate import RECOMPUTE, Candidate
+from nlp_bench.plan.validation import Trust
 from nlp_bench.spec.models import ModelSpec, pad_vocab
 from nlp_bench.spec.systems import System
 
@@ -20,6 +21,13 @@ class Prediction:
     fits: bool
     tokens_per_s: float | None
     reason: str  # why it was pruned; "" when it runs
+    tokens_per_s_low: float | None = None  # where the measured value lies if the model errs as on the corpus
+    tokens_per_s_high: float | None = None
+    outside: tuple[str, ...] = ()  # what lies outside the validation corpus's ranges
+
+    @property
+    def extrapolated(self) -> bool:
+        return bool(self.outside)
 
     @property
     def time_to_report_s(self) -> float | None:
@@ -27,16 +35,23 @@ class Prediction:
 
     def to_dict(self) -> dict:
         c = self.candidate
+
+        def rounded(value: float | None, digits: int = 1) -> float | None:
+            return None if value is None else round(value, digits)
+
         return {"nodes": c.nodes, "tp": c.tp, "pp": c.pp, "dp": c.dp, "vp": c.vp, "mbs": c.mbs, "gas": c.gas,
                 "global_batch_size": c.global_batch_size, "recompute": c.recompute,
                 "distributed_optimizer": c.distributed_optimizer, "sequence_parallel": c.sequence_parallel,
-                "memory_gib": None if self.memory_gib is None else round(self.memory_gib, 2), "fits": self.fits,
-                "tokens_per_s": None if self.tokens_per_s is None else round(self.tokens_per_s, 1),
-                "time_to_report_s": None if self.time_to_report_s is None else round(self.time_to_report_s, 2),
-                "reason": self.reason}
+                "memory_gib": rounded(self.memory_gib, 2), "fits": self.fits,
+                "tokens_per_s": rounded(self.tokens_per_s), "tokens_per_s_low": rounded(self.tokens_per_s_low),
+                "tokens_per_s_high": rounded(self.tokens_per_s_high),
+                "time_to_report_s": rounded(self.time_to_report_s, 2), "extrapolated": self.extrapolated,
+                "outside_corpus": list(self.outside), "reason": self.reason}
 
 
-def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficiency, swiglu: bool = False) -> Prediction:
+def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficiency, swiglu: bool = False,
+            trust: Trust | None = None) -> Prediction:
+    """Memory, fit and tokens/s of one layout; with `trust`, the interval and whether it extrapolates."""
     problems = c.problems(model)
     if system.backend == "xla" and c.pp > 1:
         problems.append("no pipeline parallelism with the xla backend (as in the Neuron reference)")
@@ -45,10 +60,15 @@ def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficien
     vocab = pad_vocab(model.vocab_size, c.tp)
     gib = memory.estimate(model, vocab, c, swiglu).gib
     tokens = c.global_batch_size * model.seq_length / timing.estimate(model, vocab, c, system, eff, swiglu).iteration_s
+    low = high = None
+    outside: tuple[str, ...] = ()
+    if trust is not None:
+        low, high = trust.interval(tokens)
+        outside = tuple(trust.ranges.outside(c.nodes, model.parameters(vocab) / 1e9, c.tp, c.pp))
+    reason = ""
     if system.device_memory_gib is not None and gib > system.device_memory_gib:
-        return Prediction(c, gib, False, tokens,
-                          f"needs {gib:.1f} GiB per device, {system.device_memory_gib:g} GiB available")
-    return Prediction(c, gib, True, tokens, "")
+        reason = f"needs {gib:.1f} GiB per device, {system.device_memory_gib:g} GiB available"
+    return Prediction(c, gib, not reason, tokens, reason, low, high, outside)
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -97,7 +117,7 @@ def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) 
 
 
 def rank(model: ModelSpec, system: System, space: Space, base: Candidate, eff: timing.Efficiency,
-         swiglu: bool = False) -> tuple[list[Prediction], list[Prediction]]:
+         swiglu: bool = False, trust: Trust | None = None) -> tuple[list[Prediction], list[Prediction]]:
     """(runnable layouts fastest first, pruned layouts most promising first); duplicates dropped."""
     seen: set[Candidate] = set()
     good, pruned = [], []
@@ -105,7 +125,7 @@ def rank(model: ModelSpec, system: System, space: Space, base: Candidate, eff: t
         if c in seen:
             continue
         seen.add(c)
-        p = predict(model, system, c, eff, swiglu)
+        p = predict(model, system, c, eff, swiglu, trust)
         (good if p.fits else pruned).append(p)
     good.sort(key=lambda p: -p.tokens_per_s)
     pruned.sort(key=lambda p: -(p.tokens_per_s or 0.0))
@@ -113,11 +133,12 @@ def rank(model: ModelSpec, system: System, space: Space, base: Candidate, eff: t
 
 
 def smallest_nodes(model: ModelSpec, system: System, space: Space, base: Candidate, eff: timing.Efficiency,
-                   target_s: float, swiglu: bool = False, limit: int | None = None) -> Prediction | None:
+                   target_s: float, swiglu: bool = False, limit: int | None = None,
+                   trust: Trust | None = None) -> Prediction | None:
     """The best layout on the fewest nodes whose predicted time_to_report meets the target (every node
     count from 1 up to the system's size is tried), or None."""
     for nodes in range(1, (limit or system.max_nodes or 4096) + 1):
-        good, _ = rank(model, system, replace(space, nodes=(nodes,)), base, eff, swiglu)
+        good, _ = rank(model, system, replace(space, nodes=(nodes,)), base, eff, swiglu, trust)
         if good and good[0].time_to_report_s <= target_s:
             return good[0]
     return None

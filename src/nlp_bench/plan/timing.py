@@ -1,41 +1,65 @@
-"""Time per iteration of a layout on a system, from FLOPs, link bandwidths and two free efficiencies.
+"""Time per iteration of a layout on a system, in physical units, with the overlap Megatron achieves.
 
-    t_iter = (gas + (pp - 1) / vp) · (t_compute + t_tp)        1F1B: the bubble is (pp - 1)/vp micro-batch slots
-           + (vp · gas + pp - 1) · t_p2p                         activations between stages, forward and backward
-           + (1 - DP_OVERLAP) · t_dp + t_optimizer
+Per micro-batch and pipeline stage (L/pp layers, on one device):
 
-t_compute: the micro-batch's hardware FLOPs on one device (Megatron model FLOPs plus what recompute
-repeats) at peak × compute × d / (d + HALF_SIZE), d the smaller GEMM side (h/tp or mbs·s): small matrix
-products reach less of the peak. t_tp: per layer four all-reduces of the mbs·s·h activations (forward
-and backward; all-gather + reduce-scatter under sequence parallelism move the same bytes; six with full
-recompute), ring-costed over NVLink, or over the nodes' network when tp spans nodes. t_dp: the gradient
-all-reduce (fp32), or reduce-scatter (fp32) + all-gather (16-bit) with the distributed optimizer, over
-the network shared by a node's devices. t_optimizer: the Adam update streams its state through device
-memory. `compute` and `network` (the fraction of nominal link bandwidth collectives reach) are what
-calibration fits; the other constants are stated here.
+    t_compute = hardware FLOPs / (peak · gemm · d / (d + gemm_half)) + element-wise bytes / (memory bw · memory)
+        hardware FLOPs: Megatron's model FLOPs, plus one more forward with full recompute, or the
+        attention core's forward again with selective recompute; the stage that runs the output layer
+        (the last, with pp > 1) is the one the pipeline waits for. d is the smallest side of the layer's
+        matrix products on one device (h/tp, or mbs·s when smaller). The curve's form: a GEMM reaches a
+        fraction of peak that grows with its smallest side and saturates (NVIDIA, "Matrix Multiplication
+        Background User's Guide": tile quantisation and arithmetic intensity; Megatron-LM's README: "larger
+        GEMMs have higher arithmetic intensity"); `gemm` (the asymptote) and `gemm_half` (the side at which
+        half of it is reached) are fitted on the validation corpus. Element-wise work (LayerNorms,
+        dropouts, GeLU, softmax, residual adds) is memory-bound: it touches each activation Korthikanti
+        et al. count (plan.memory, nothing recomputed) three times (written in the forward, read in the
+        backward, its gradient written), four with full recompute.
+    t_tp = (L/pp) · k · ring all-reduce of the mbs·s·h activations over tp devices, where k counts the
+        collectives the layer waits for: the forward's two (four with full recompute: the forward runs
+        twice), and under sequence parallelism one of the backward's (its two row-parallel all-gathers;
+        the column-parallel layers' gradient reduction runs behind the weight-gradient GEMM, as Megatron's
+        asynchronous tensor-parallel all-reduce does without sequence parallelism too). An all-gather +
+        reduce-scatter pair moves the bytes of one all-reduce. Over NVLink, or over the node's network
+        cards when tp spans nodes (a ring crosses each node once, on all its cards).
+    t_p2p = 2 sends of the mbs·s·h/tp activations each device passes to the next stage (sequence
+        parallelism, or the scatter/gather optimisation of Narayanan et al. 2021, splits them over tp).
+
+Per iteration (1F1B: the bubble is (pp-1)/vp micro-batch slots; interleaving multiplies the sends):
+
+    t_iter = (gas + (pp-1)/vp) · (t_compute + t_tp) + (vp·gas + pp - 1) · t_p2p
+           + exposed(t_grad_reduce, backward of the last micro-batch) + exposed(t_param_gather, its forward)
+           + t_optimizer
+
+The data-parallel terms: the gradient reduce-scatter (fp32 with bf16 or fp32 training, 16-bit with
+fp16, as Megatron accumulates them) and the distributed optimizer's parameter all-gather (16-bit), or one
+all-reduce without it, over the network share of each device (a node's devices all reduce at once).
+With --overlap-grad-reduce only what outlasts the last micro-batch's backward is exposed, with
+--overlap-param-gather only what outlasts its forward; without them, all of it. t_optimizer: Adam
+streams its state through device memory.
+
+`network` (the fraction of nominal link bandwidth collectives reach) and `memory` are fitted with the two
+GEMM constants (plan.calibrate); every fitted efficiency lies in (0, 1].
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from nlp_bench import flops
 from nlp_bench.plan.candidate import Candidate
-from nlp_bench.plan.memory import parameters_on_most_loaded_shard
+from nlp_bench.plan.memory import layer_activation_bytes, parameters_on_most_loaded_shard
 from nlp_bench.spec.models import ModelSpec
 from nlp_bench.spec.systems import System
-
-HALF_SIZE = 128  # GEMM side at which the achieved fraction of peak is half its asymptote (stated)
-DP_OVERLAP = 0.0  # Megatron overlaps the gradient reduction only with --overlap-grad-reduce
-MEMORY_EFFICIENCY = 0.8  # fraction of device-memory bandwidth the optimizer step streams at
 
 
 @dataclass(frozen=True)
 class Efficiency:
-    """The planner's free parameters."""
+    """The time model's fitted constants: two efficiencies in (0, 1] and the GEMM curve's half size."""
 
-    compute: float = 0.6
-    network: float = 0.7
+    gemm: float = 0.8  # fraction of peak the largest matrix products reach
+    gemm_half: float = 400.0  # smallest GEMM side (columns per device) at which half of `gemm` is reached
+    network: float = 0.7  # fraction of nominal link bandwidth the collectives reach
+    memory: float = 0.7  # fraction of device-memory bandwidth element-wise ops and the optimizer stream at
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,24 +71,21 @@ class TimeEstimate:
     compute_s: float  # per micro-batch per stage
     tp_s: float
     p2p_s: float
-    dp_s: float
+    dp_s: float  # the data-parallel reduction and gather, whole
+    dp_exposed_s: float  # what of it the iteration waits for
     optimizer_s: float
     bubble_fraction: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class NotPlannable(ValueError):
     """The system profile lacks a figure the time model needs."""
 
 
-def _ring(bytes_: float, ranks: int, bandwidth: float, latency: float, all_reduce: bool) -> float:
-    """Ring collective: an all-reduce moves 2(n-1)/n of the data, a gather or scatter (n-1)/n."""
-    if ranks <= 1:
-        return 0.0
-    steps = (2 if all_reduce else 1) * (ranks - 1)
-    return steps / ranks * bytes_ / bandwidth + steps * latency
-
-
 def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bool = False) -> float:
+    """FLOPs one iteration executes: Megatron's model FLOPs plus what recompute repeats."""
     shape = model.flops_shape(c.global_batch_size, vocab_padded, swiglu=swiglu)
     model_flops = flops.megatron_model_flops(shape)
     b, s, h, n = c.global_batch_size, model.seq_length, model.hidden_size, model.num_layers
@@ -75,42 +96,111 @@ def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bo
     return model_flops
 
 
-def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, eff: Efficiency,
-             swiglu: bool = False) -> TimeEstimate:
+def check_plannable(system: System) -> None:
     missing = [k for k in ("peak_tflops", "intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps")
                if getattr(system, k) is None]
     if missing:
         raise NotPlannable(f"system {system.name!r} has no {', '.join(missing)}: the planner cannot time it")
-    latency = (system.link_latency_us or 0.0) * 1e-6
-    intra = system.intra_node_gbps * 1e9 * eff.network
-    inter = system.inter_node_gbps * 1e9 * eff.network
+
+
+def _ring_factor(ranks: int, all_reduce: bool) -> tuple[float, int]:
+    """(the fraction of the data each device sends, the number of steps) of a ring collective: an
+    all-reduce moves 2(n-1)/n of the data in 2(n-1) steps, a gather or scatter (n-1)/n in n-1."""
+    if ranks <= 1:
+        return 0.0, 0
+    steps = (2 if all_reduce else 1) * (ranks - 1)
+    return steps / ranks, steps
+
+
+@dataclass(frozen=True)
+class Work:
+    """A layout's work in FLOPs, bytes and message counts: what the time model divides by rates. It does
+    not depend on the efficiencies, so a fit computes it once per point."""
+
+    flops: float  # per micro-batch on the stage the pipeline waits for
+    side: float  # smallest GEMM side on one device
+    elementwise_bytes: float  # per micro-batch
+    tp_bytes: float  # per micro-batch, sent by each device
+    tp_steps: int
+    tp_bandwidth: float  # nominal, bytes/s
+    p2p_bytes: float  # per send
+    p2p_bandwidth: float
+    reduce_bytes: float  # per iteration, sent by each device
+    reduce_steps: int
+    gather_bytes: float
+    gather_steps: int
+    dp_bandwidth: float
+    optimizer_bytes: float
+    slots: float  # micro-batch slots of one iteration, the bubble included
+    sends: int  # activation sends (pairs) of one iteration
+    pp: int
+    vp: int
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    latency: float
+    peak: float  # FLOP/s
+    memory_bandwidth: float  # bytes/s
+
+
+def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, swiglu: bool = False) -> Work:
+    check_plannable(system)
+    intra, inter = system.intra_node_gbps * 1e9, system.inter_node_gbps * 1e9  # inter: a node's cards together
+    dpn = c.devices_per_node
     act = 4 if c.precision == "fp32" else 2
+    grad = 2 if c.precision == "fp16" else 4
     s, h = model.seq_length, model.hidden_size
 
-    per_device = hardware_flops(model, vocab_padded, c, swiglu) / c.world
-    side = min(h / c.tp, c.mbs * s)
-    rate = system.peak_tflops * 1e12 * eff.compute * side / (side + HALF_SIZE)
-    t_compute = per_device / c.gas / rate
-
+    per_micro_batch = hardware_flops(model, vocab_padded, c, swiglu) / (c.world * c.gas)
+    if c.pp > 1:  # the last stage also runs the output layer, which the formula spreads over all stages
+        logits = 6.0 * c.mbs * s * h * vocab_padded * (4 / 3 if c.recompute == "full" else 1) / c.tp
+        per_micro_batch += logits * (1 - 1 / c.pp)
     layers = model.num_layers / c.pp
-    collectives = 6 if c.recompute == "full" else 4
-    tp_bw = intra if c.tp <= c.devices_per_node else inter
-    t_tp = layers * collectives * _ring(c.mbs * s * h * act, c.tp, tp_bw, latency, True)
+    passes = 4 if c.recompute == "full" else 3
+    elementwise = layers * passes * layer_activation_bytes(model, replace(c, recompute="none"))
 
-    p2p_bytes = c.mbs * s * h * act / (c.tp if c.sequence_parallel else 1)
-    p2p_bw = intra if c.tp * c.pp <= c.devices_per_node else inter / min(c.devices_per_node, c.tp)
-    t_p2p = 2 * (p2p_bytes / p2p_bw + latency) if c.pp > 1 else 0.0
+    collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0)
+    tp_fraction, tp_steps = _ring_factor(c.tp, True)
 
     params = parameters_on_most_loaded_shard(model, vocab_padded, c, swiglu)
-    dp_bw = intra if c.world <= c.devices_per_node else inter / c.devices_per_node
     if c.distributed_optimizer:
-        t_dp = (_ring(params * 4, c.dp, dp_bw, latency, False) + _ring(params * act, c.dp, dp_bw, latency, False))
+        (reduce_fraction, reduce_steps), (gather_fraction, gather_steps) = (_ring_factor(c.dp, False),) * 2
     else:
-        t_dp = _ring(params * 4, c.dp, dp_bw, latency, True)
+        (reduce_fraction, reduce_steps), gather_fraction, gather_steps = _ring_factor(c.dp, True), 0.0, 0
     shard = params / (c.dp if c.distributed_optimizer else 1)
-    state_bytes = shard * (4 + 4 * 2 + 4 * 2 + 4 * 2) + params * act  # grad read; master, moments r/w; weights
-    t_opt = state_bytes / (system.memory_bandwidth_gbps * 1e9 * MEMORY_EFFICIENCY)
+    return Work(
+        flops=per_micro_batch, side=min(h / c.tp, c.mbs * s), elementwise_bytes=elementwise,
+        tp_bytes=layers * collectives * tp_fraction * c.mbs * s * h * act, tp_steps=int(layers * collectives * tp_steps),
+        tp_bandwidth=intra if c.tp <= dpn else inter,
+        p2p_bytes=c.mbs * s * h * act / c.tp if c.pp > 1 else 0.0,
+        p2p_bandwidth=intra if c.tp * c.pp <= dpn else inter / min(dpn, c.tp),
+        reduce_bytes=reduce_fraction * params * grad, reduce_steps=reduce_steps,
+        gather_bytes=gather_fraction * params * act, gather_steps=gather_steps,
+        dp_bandwidth=intra if c.world <= dpn else inter / dpn,
+        # gradient read; fp32 master and two moments read and written; the 16-bit weights written
+        optimizer_bytes=shard * (4 + 4 * 2 + 4 * 2 + 4 * 2) + params * act,
+        slots=c.gas + (c.pp - 1) / c.vp, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
+        overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
+        latency=(system.link_latency_us or 0.0) * 1e-6, peak=system.peak_tflops * 1e12,
+        memory_bandwidth=system.memory_bandwidth_gbps * 1e9)
 
-    slots = c.gas + (c.pp - 1) / c.vp
-    iteration = slots * (t_compute + t_tp) + (c.vp * c.gas + c.pp - 1) * t_p2p + (1 - DP_OVERLAP) * t_dp + t_opt
-    return TimeEstimate(iteration, t_compute, t_tp, t_p2p, t_dp, t_opt, (c.pp - 1) / c.vp / slots)
+
+def timed(w: Work, eff: Efficiency) -> TimeEstimate:
+    """The work at the efficiencies' rates."""
+    memory_bw = w.memory_bandwidth * eff.memory
+    t_compute = w.flops / (w.peak * eff.gemm * w.side / (w.side + eff.gemm_half)) + w.elementwise_bytes / memory_bw
+    t_tp = w.tp_bytes / (w.tp_bandwidth * eff.network) + w.tp_steps * w.latency
+    t_p2p = 2 * (w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency) if w.p2p_bytes else 0.0
+    dp_bw = w.dp_bandwidth * eff.network
+    t_reduce = w.reduce_bytes / dp_bw + w.reduce_steps * w.latency
+    t_gather = w.gather_bytes / dp_bw + w.gather_steps * w.latency
+    exposed = (max(0.0, t_reduce - t_compute * 2 / 3) if w.overlap_grad_reduce else t_reduce) + \
+              (max(0.0, t_gather - t_compute / 3) if w.overlap_param_gather else t_gather)
+    t_opt = w.optimizer_bytes / memory_bw
+    iteration = w.slots * (t_compute + t_tp) + w.sends * t_p2p + exposed + t_opt
+    return TimeEstimate(iteration, t_compute, t_tp, t_p2p, t_reduce + t_gather, exposed, t_opt,
+                        (w.pp - 1) / w.vp / w.slots)
+
+
+def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, eff: Efficiency,
+             swiglu: bool = False) -> TimeEstimate:
+    return timed(work(model, vocab_padded, c, system, swiglu), eff)

@@ -6,18 +6,31 @@ from __future__ import annotations
 from tabulate import tabulate
 
 HEADERS = ["nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "GBS", "recompute", "dist-opt", "GiB/device",
-           "tokens/s", "time_to_report s"]
+           "tokens/s", "interval", "time_to_report s", "corpus"]
 
 
 def _row(p) -> list:
     d = p.to_dict()
+    interval = (f"{d['tokens_per_s_low']:,.0f}-{d['tokens_per_s_high']:,.0f}"
+                if d["tokens_per_s_low"] is not None else "")
     return [d["nodes"], d["tp"], d["pp"], d["dp"], d["vp"], d["mbs"], d["gas"], d["global_batch_size"], d["recompute"],
             "on" if d["distributed_optimizer"] else "off", f"{d['memory_gib']:.1f}",
-            f"{d['tokens_per_s']:,.0f}", f"{d['time_to_report_s']:,.1f}"]
+            f"{d['tokens_per_s']:,.0f}", interval, f"{d['time_to_report_s']:,.1f}",
+            "EXTRAPOLATED" if d["extrapolated"] else "inside"]
+
+
+def _legend(shown: list) -> str:
+    out = ("interval: where the measured tokens/s lies if the planner errs as it did on its published corpus "
+           "(5th-95th percentile of the leave-one-out errors, `bench plan --validate`)\n")
+    far = next((p for p in shown if p.extrapolated), None)
+    if far is not None:
+        out += f"EXTRAPOLATED: outside the corpus ({'; '.join(far.outside)}): trust the interval less\n"
+    return out
 
 
 def _basis(calibrated: bool, base) -> str:
-    how = "calibrated on measured runs" if calibrated else "NOT calibrated (default efficiencies; see --calibrate)"
+    how = ("calibrated on this system's measured runs (bench plan --calibrate)" if calibrated else
+           "from the fit on the published corpus (not calibrated on this system; see --calibrate)")
     memory = (f"{base.system.device_memory_gib:g} GiB each" if base.system.device_memory_gib is not None
               else "device memory not in the profile")
     return (f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
@@ -28,6 +41,7 @@ def render_plan(good: list, pruned: list, calibrated: bool, base, top: int) -> s
     out = [_basis(calibrated, base)]
     if good:
         out.append(tabulate([_row(p) for p in good], headers=HEADERS, disable_numparse=True) + "\n")
+        out.append(_legend(good))
     else:
         out.append("no layout fits and runs\n")
     if pruned:
@@ -50,6 +64,7 @@ def render_target(best, seconds: float, calibrated: bool, base) -> str:
         return "".join(out)
     out.append(f"fewest nodes for time_to_report <= {seconds:g} s: {best.candidate.nodes}\n")
     out.append(tabulate([_row(best)], headers=HEADERS, disable_numparse=True) + "\n")
+    out.append(_legend([best]))
     return "".join(out)
 
 
@@ -57,10 +72,31 @@ def render_calibration(fits: dict) -> str:
     out = []
     for system, (result, checks) in fits.items():
         eff = result.efficiency
-        out.append(f"calibrated {system}: compute efficiency {eff.compute:.3f}, network efficiency {eff.network:.3f} "
-                   f"on {len(checks)} point(s); rms log error {result.rms_log_error:.4f}, "
-                   f"largest error {100 * result.max_error:.1f}%\n")
+        out.append(f"calibrated {system}: GEMM efficiency {eff.gemm:.3f} (half size {eff.gemm_half:.0f}), network "
+                   f"efficiency {eff.network:.3f}, memory efficiency {eff.memory:.3f}; refitted "
+                   f"{', '.join(result.free)} on {len(checks)} point(s), the rest from the corpus fit; "
+                   f"rms log error {result.rms_log_error:.4f}, largest error {100 * result.max_error:.1f}%\n")
+        for line in result.pinned:
+            out.append(f"  the fit wants more than an efficiency of 1: {line}\n")
         rows = [[label, f"{pred:,.0f}", f"{meas:,.0f}", f"{100 * (pred / meas - 1):+.1f}%"] for label, pred, meas in checks]
         out.append(tabulate(rows, headers=["point", "predicted tokens/s", "measured", "error"], disable_numparse=True)
                    + "\n")
+    return "".join(out)
+
+
+def render_validation(found: dict) -> str:
+    """`bench plan --validate`: each row, then the median and largest absolute error."""
+    rows = [[r["id"], r["model"], r["system"], r["nodes"], r["tp"], r["pp"], r["dp"], f"{r['measured']:,.0f}",
+             f"{r['predicted']:,.0f}", f"{100 * r['error']:+.1f}%"] for r in found["rows"]]
+    out = ["leave-one-out over the planner's corpus (results/reference/planner-corpus.yaml): each row predicted "
+           "by a fit on all the others\n",
+           tabulate(rows, headers=["row", "model", "system", "nodes", "tp", "pp", "dp", "measured tokens/s",
+                                   "predicted", "error"], disable_numparse=True) + "\n",
+           f"median absolute error {100 * found['median_abs_error']:.1f}%, "
+           f"largest {100 * found['max_abs_error']:.1f}% ({len(rows)} rows)\n"]
+    eff = found["efficiency"]
+    out.append(f"fit on all rows: GEMM efficiency {eff['gemm']:.3f} (half size {eff['gemm_half']:.0f}), "
+               f"network {eff['network']:.3f}, memory {eff['memory']:.3f}\n")
+    for line in found["pinned"]:
+        out.append(f"the fit wants more than an efficiency of 1: {line}\n")
     return "".join(out)

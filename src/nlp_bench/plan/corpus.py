@@ -1,0 +1,133 @@
+"""The planner's validation corpus (results/reference/planner-corpus.yaml): published measurements, each
+with its source and exact layout, as planned points with a measured tokens/s.
+
+The file states every measurement as published (seconds per iteration, tokens/s, or TFLOP/s per GPU in
+a named FLOPs convention); the conversion to tokens/s happens here, once, with the project's own FLOPs
+functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from nlp_bench import flops
+from nlp_bench.errors import PlanError
+from nlp_bench.paths import reference_dir
+from nlp_bench.plan.candidate import RECOMPUTE, Candidate
+from nlp_bench.plan.points import Planned
+from nlp_bench.spec.models import ModelSpec, get_model
+from nlp_bench.spec.systems import load_system
+from nlp_bench.spec.yamlio import load_yaml
+
+CORPUS_FILE = "planner-corpus.yaml"
+_SWITCHES = ("vp", "recompute", "precision", "sequence_parallel", "distributed_optimizer", "flash_attention",
+             "overlap_grad_reduce", "overlap_param_gather")
+_MEASURES = ("iteration_s", "tokens_per_s", "tflops_per_gpu")
+_CONVENTIONS = {"narayanan"}  # 96·B·s·L·h²(1 + s/6h + V/16Lh): flops.jupiter_flops with recompute
+
+
+@dataclass(frozen=True)
+class CorpusRow:
+    """One published measurement: where it comes from, what ran, and its tokens/s."""
+
+    id: str
+    source: str
+    planned: Planned
+    tokens_per_s: float
+    assumed: str = ""
+
+    @property
+    def candidate(self) -> Candidate:
+        return self.planned.candidate
+
+
+def corpus_path() -> Path:
+    return reference_dir() / CORPUS_FILE
+
+
+def _model(spec: dict[str, Any], defaults: dict[str, Any], where: str) -> ModelSpec:
+    spec = dict(spec)
+    if "preset" in spec:
+        return get_model(spec.pop("preset"), **spec)
+    h = spec.get("hidden_size")
+    if not isinstance(h, int):
+        raise PlanError(f"{where}: model needs a preset or hidden_size, num_layers, num_attention_heads")
+    seq = spec.pop("seq_length", defaults["seq_length"])
+    known = {f.name for f in fields(ModelSpec)}
+    if set(spec) - known:
+        raise PlanError(f"{where}: unknown model field(s) {', '.join(sorted(set(spec) - known))}")
+    model = ModelSpec(name="", ffn_hidden_size=spec.pop("ffn_hidden_size", 4 * h), seq_length=seq,
+                      max_position_embeddings=seq, vocab_size=spec.pop("vocab_size", defaults["vocab_size"]), **spec)
+    return replace(model, name=f"gpt-{model.parameters(model.vocab_size) / 1e9:.1f}b")
+
+
+def _tokens_per_s(row: dict[str, Any], model: ModelSpec, c: Candidate, where: str) -> float:
+    given = [k for k in _MEASURES if k in row]
+    if len(given) != 1:
+        raise PlanError(f"{where}: give exactly one of {', '.join(_MEASURES)}")
+    value = float(row[given[0]])
+    tokens = c.global_batch_size * model.seq_length
+    if given[0] == "tokens_per_s":
+        return value
+    if given[0] == "iteration_s":
+        return tokens / value
+    if row.get("flops") not in _CONVENTIONS:
+        raise PlanError(f"{where}: tflops_per_gpu needs flops: one of {', '.join(sorted(_CONVENTIONS))}")
+    shape = model.flops_shape(c.global_batch_size, model.vocab_size, recompute=True)
+    seconds = flops.jupiter_flops(shape) / (c.world * value * 1e12)
+    return tokens / seconds
+
+
+def load_corpus(path: Path | None = None) -> list[CorpusRow]:
+    """Every row of the corpus, checked: a row the planner cannot read is an error naming it."""
+    path = path or corpus_path()
+    data = load_yaml(path, "planner corpus")
+    defaults = data.get("defaults") or {}
+    out = []
+    for i, row in enumerate(data.get("rows") or []):
+        where = f"{path.name} row {row.get('id', i + 1)}"
+        system = load_system(row["system"])
+        model = _model(row["model"], defaults, where)
+        switches = {k: row.get(k, defaults.get(k)) for k in _SWITCHES}
+        if switches["recompute"] not in RECOMPUTE:
+            raise PlanError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}")
+        layout = row["layout"]
+        c = Candidate(nodes=layout["nodes"], devices_per_node=system.devices_per_node, tp=layout["tp"],
+                      pp=layout["pp"], mbs=layout["mbs"], gas=layout["gas"],
+                      **{**switches, "vp": layout.get("vp", switches["vp"])})
+        out.append(CorpusRow(str(row.get("id", i + 1)), str(row["source"]).strip(),
+                             Planned(model, system, c), _tokens_per_s(row, model, c, where),
+                             str(row.get("assumed", ""))))
+    if not out:
+        raise PlanError(f"{path}: the corpus has no rows")
+    return out
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """What the corpus covers: a prediction outside these is an extrapolation."""
+
+    nodes: tuple[int, int]
+    billions: tuple[float, float]
+    tp: tuple[int, int]
+    pp: tuple[int, int]
+
+    def outside(self, nodes: int, billions: float, tp: int, pp: int) -> list[str]:
+        """The quantities of a layout that lie outside the corpus, in words; empty when it is inside."""
+        out = []
+        for name, value, (lo, hi) in (("nodes", nodes, self.nodes), ("model size (B)", billions, self.billions),
+                                      ("tp", tp, self.tp), ("pp", pp, self.pp)):
+            if not lo <= value <= hi:
+                out.append(f"{name} {value:g} outside {lo:g}..{hi:g}")
+        return out
+
+
+def ranges(rows: list[CorpusRow]) -> Ranges:
+    def span(values):
+        values = list(values)
+        return min(values), max(values)
+
+    return Ranges(span(r.candidate.nodes for r in rows),
+                  span(round(r.planned.model.parameters(r.planned.model.vocab_size) / 1e9, 1) for r in rows),
+                  span(r.candidate.tp for r in rows), span(r.candidate.pp for r in rows))

@@ -1,0 +1,152 @@
+"""How far to trust the planner: its constants fitted on the published corpus, its errors measured by
+leave-one-out on rows it was not fitted on, and the ranges the corpus covers.
+
+Leave-one-out refits the model once per row, which takes seconds; the result depends only on the corpus
+file and the model's code, so it is kept (results/plan/corpus-validation.json, keyed by a digest of
+both) and recomputed only when either changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nlp_bench.plan import calibrate, memory, timing
+from nlp_bench.plan.corpus import CorpusRow, Ranges, corpus_path, load_corpus, ranges
+from nlp_bench.spec.models import pad_vocab
+
+#: The leave-one-out error quantiles an interval spans (5th to 95th percentile).
+QUANTILES = (0.05, 0.95)
+_CACHE = "corpus-validation.json"
+
+
+def _work(row: CorpusRow) -> timing.Work:
+    p = row.planned
+    return timing.work(p.model, pad_vocab(p.model.vocab_size, p.candidate.tp), p.candidate, p.system, p.swiglu)
+
+
+def _tokens(row: CorpusRow, w: timing.Work, eff: timing.Efficiency) -> float:
+    return row.candidate.global_batch_size * row.planned.model.seq_length / timing.timed(w, eff).iteration_s
+
+
+def predict_row(row: CorpusRow, eff: timing.Efficiency) -> float:
+    """Predicted tokens/s of a corpus row (time only: a published run evidently fitted in memory)."""
+    return _tokens(row, _work(row), eff)
+
+
+def fit_rows(rows: list[CorpusRow]) -> calibrate.Fit:
+    works = [_work(r) for r in rows]
+    return calibrate.fit(lambda eff: [_tokens(r, w, eff) for r, w in zip(rows, works, strict=True)],
+                         [r.tokens_per_s for r in rows], [r.id for r in rows])
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One row predicted by a fit on all the others."""
+
+    id: str
+    source: str
+    model: str
+    system: str
+    nodes: int
+    tp: int
+    pp: int
+    dp: int
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What every prediction carries: the corpus fit, the interval its errors give, the corpus's ranges."""
+
+    efficiency: timing.Efficiency
+    pinned: list[str]
+    error_low: float  # leave-one-out error quantiles (predicted/measured - 1)
+    error_high: float
+    ranges: Ranges
+    checked: list[Checked]
+
+    @property
+    def median_abs_error(self) -> float:
+        return statistics.median(abs(c.error) for c in self.checked)
+
+    @property
+    def max_abs_error(self) -> float:
+        return max(abs(c.error) for c in self.checked)
+
+    def interval(self, tokens_per_s: float) -> tuple[float, float]:
+        """Where the measured tokens/s lies, from the predicted, if the model errs as it did on the corpus."""
+        return tokens_per_s / (1 + self.error_high), tokens_per_s / (1 + self.error_low)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def leave_one_out(rows: list[CorpusRow], progress: Callable[[int, int], None] | None = None) -> list[Checked]:
+    out = []
+    for i, row in enumerate(rows):
+        if progress:
+            progress(i, len(rows))
+        held_out = fit_rows(rows[:i] + rows[i + 1:])
+        c = row.candidate
+        out.append(Checked(row.id, row.source, row.planned.model.name, row.planned.system.name, c.nodes, c.tp, c.pp,
+                           c.dp, row.tokens_per_s, predict_row(row, held_out.efficiency)))
+    return out
+
+
+def _digest(path: Path) -> str:
+    """The corpus and the code whose change would change the validation."""
+    h = hashlib.sha256(path.read_bytes())
+    for module in (timing, memory, calibrate):
+        h.update(Path(module.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+_MEMO: dict[str, Trust] = {}
+
+
+def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None = None,
+          path: Path | None = None) -> Trust:
+    """The planner's trust, from the cache when the corpus and the model are unchanged."""
+    path = path or corpus_path()
+    key = _digest(path)
+    cache = Path(results_dir) / "plan" / _CACHE if results_dir is not None else None
+    if key in _MEMO:
+        if cache is not None and not cache.is_file():
+            _store(cache, key, _MEMO[key])
+        return _MEMO[key]
+    rows = load_corpus(path)
+    stored = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
+    if stored.get("digest") == key:
+        eff, pinned = timing.Efficiency(**stored["efficiency"]), stored["pinned"]
+        checked = [Checked(**c) for c in stored["checked"]]
+    else:
+        whole = fit_rows(rows)
+        eff, pinned = whole.efficiency, whole.pinned
+        checked = leave_one_out(rows, progress)
+    errors = [c.error for c in checked]
+    result = Trust(eff, pinned, _quantile(errors, QUANTILES[0]), _quantile(errors, QUANTILES[1]), ranges(rows),
+                   checked)
+    if cache is not None and stored.get("digest") != key:
+        _store(cache, key, result)
+    _MEMO[key] = result
+    return result
+
+
+def _store(cache: Path, key: str, found: Trust) -> None:
+    calibrate.write_json(cache, {"digest": key, "efficiency": found.efficiency.to_dict(), "pinned": found.pinned,
+                                 "checked": [asdict(c) for c in found.checked]})

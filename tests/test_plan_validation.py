@@ -1,0 +1,129 @@
+"""The planner's validation corpus, its leave-one-out errors, and the trust every prediction carries."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from nlp_bench import flops
+from nlp_bench.app import planning
+from nlp_bench.cli import cli
+from nlp_bench.plan import calibrate, memory, points, timing, validation
+from nlp_bench.plan.candidate import Candidate
+from nlp_bench.plan.corpus import load_corpus
+from nlp_bench.spec.benchmark import load_benchmark
+from nlp_bench.spec.models import get_model, pad_vocab
+from nlp_bench.spec.systems import load_system
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_corpus()
+
+
+@pytest.fixture(scope="module")
+def trust(tmp_path_factory):
+    return validation.trust(tmp_path_factory.mktemp("results"))
+
+
+def test_the_corpus_holds_the_published_tables_with_sources(rows):
+    sources = [r.source for r in rows]
+    assert sum("Narayanan et al. 2021, Table 1" in s for s in sources) == 10
+    assert sum("Korthikanti et al. 2022, Table 5" in s for s in sources) == 8
+    assert sum("JUPITER" in s for s in sources) == 2
+    others = [s for s in sources if not any(k in s for k in ("Table 1", "Table 5", "JUPITER"))]
+    assert len(others) >= 2 and any("BigScience" in s for s in others)
+    assert len({r.id for r in rows}) == len(rows)
+    # JUWELS Booster rows are only the two reference rows: its strong-scaling runs are held back
+    assert sorted(r.candidate.nodes for r in rows if r.planned.system.name == "juwels-booster") == [8, 96]
+
+
+def test_each_measurement_is_converted_as_published(rows):
+    by_id = {r.id: r for r in rows}
+    # Korthikanti 175B, selective + sequence parallel: 64 sequences of 2048 tokens in 13.75 s
+    assert by_id["korthikanti-175b-selective"].tokens_per_s == pytest.approx(64 * 2048 / 13.75)
+    # Narayanan 1T: 163 TFLOP/s per GPU on 3072 GPUs in the full-recompute count (96 B s L h^2 (...))
+    row = by_id["selene-1008b"]
+    m, c = row.planned.model, row.candidate
+    seconds = flops.jupiter_flops(m.flops_shape(3072, 51200, recompute=True)) / (3072 * 163e12)
+    assert c.global_batch_size == 3072 and row.tokens_per_s == pytest.approx(3072 * 2048 / seconds)
+    # the README's GPT-3 example: ~32 s per iteration at 138 TFLOP/s, as the README says
+    readme = by_id["megatron-readme-gpt3-175b"]
+    assert 1536 * 2048 / readme.tokens_per_s == pytest.approx(32, rel=0.02)
+    assert by_id["jupiter-175b-96n"].tokens_per_s == 36055.39
+
+
+def test_leave_one_out_errors(trust, rows):
+    assert len(trust.checked) == len(rows)
+    errors = [abs(c.error) for c in trust.checked]
+    assert trust.median_abs_error == statistics.median(errors)
+    assert trust.median_abs_error <= 0.05
+    # the issue's goal is 15%; the JUPITER 13B row misses by 17.6% (closing note of issue 16)
+    assert trust.max_abs_error <= 0.18
+    assert trust.error_low < 0 < trust.error_high
+
+
+def test_every_fitted_efficiency_is_at_most_one_and_a_pinned_one_names_its_term(trust):
+    eff = trust.efficiency
+    assert 0 < eff.gemm <= 1 and 0 < eff.network <= 1 and 0 < eff.memory <= 1
+    assert all(" = 1: " in line for line in trust.pinned)
+    # rows faster than the peak allows: the fit stops at 1 and says compute is what it cannot explain
+    c = Candidate(1, 8, 8, 1, 1, 1)
+    m, system = get_model("gpt-13b"), load_system("selene")
+    w = timing.work(m, pad_vocab(m.vocab_size, 8), c, system)
+    fastest = 2048 / timing.timed(w, timing.Efficiency(1.0, 8.0, 1.0, 1.0)).iteration_s
+    fit = calibrate.fit(lambda e: [2048 / timing.timed(w, e).iteration_s], [3 * fastest], ["impossible"])
+    assert fit.efficiency.gemm == 1.0 and any(line.startswith("gemm = 1: compute") for line in fit.pinned)
+
+
+def test_validate_json_is_the_documented_contract(tmp_path):
+    out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--validate", "--json"])
+    assert out.exit_code == 0, out.output
+    found = json.loads(out.output[out.output.index("{"):])
+    assert {"rows", "median_abs_error", "max_abs_error"} <= set(found)
+    assert all(set(planning.VALIDATE_KEYS) <= set(r) for r in found["rows"])
+    assert found["max_abs_error"] == max(abs(r["error"]) for r in found["rows"])
+    # kept: the second call reads the stored validation
+    assert (tmp_path / "plan" / "corpus-validation.json").is_file()
+    text = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--validate"])
+    assert "median absolute error" in text.output and "korthikanti-1t-selective" in text.output
+
+
+@pytest.mark.parametrize("nodes", [48, 96, 192])
+def test_the_reference_layout_fits_on_juwels_booster(nodes):
+    base = points.from_point(load_benchmark("nlp").point("175", "juwels-booster"))
+    c = replace(base.candidate, nodes=nodes)
+    assert (c.tp, c.pp, c.vp, c.mbs, c.gas, c.recompute, c.distributed_optimizer) == (8, 8, 1, 1, 16, "selective",
+                                                                                      True)
+    assert memory.estimate(base.model, pad_vocab(base.model.vocab_size, 8), c).gib <= 40
+
+
+def test_predictions_carry_an_interval_and_say_when_they_extrapolate(tmp_path):
+    runner = CliRunner()
+    argv = ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--tp", "8", "--pp", "8", "--vp", "1",
+            "--mbs", "1", "--recompute", "selective", "--json"]
+    rows = json.loads(runner.invoke(cli, [*argv, "--nodes", "96"]).output)
+    row = next(r for r in rows if r["fits"])
+    assert row["tokens_per_s_low"] < row["tokens_per_s"] < row["tokens_per_s_high"]
+    assert row["extrapolated"] is False and row["outside_corpus"] == []
+    far = json.loads(runner.invoke(cli, [*argv, "--nodes", "768"]).output)
+    assert far[0]["extrapolated"] is True and "nodes 768 outside 1..384" in far[0]["outside_corpus"]
+    table = runner.invoke(cli, argv[:-1] + ["--nodes", "768"]).output
+    assert "EXTRAPOLATED" in table and "interval" in table
+
+
+def test_overlap_hides_only_what_the_backward_covers():
+    m, system = get_model("gpt-175b"), load_system("juwels-booster")
+    c = Candidate(96, 4, 8, 8, 1, 16)
+    eff = timing.Efficiency()
+    plain = timing.estimate(m, pad_vocab(m.vocab_size, 8), c, system, eff)
+    hidden = timing.estimate(m, pad_vocab(m.vocab_size, 8), replace(c, overlap_grad_reduce=True,
+                                                                      overlap_param_gather=True), system, eff)
+    assert plain.dp_exposed_s == pytest.approx(plain.dp_s)
+    assert hidden.dp_exposed_s < plain.dp_exposed_s
+    assert hidden.dp_exposed_s >= plain.dp_s - plain.compute_s - 1e-12
+    assert hidden.iteration_s == pytest.approx(plain.iteration_s - (plain.dp_exposed_s - hidden.dp_exposed_s))
