@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from nlp_bench.errors import PlanError
+from nlp_bench.errors import BenchError, PlanError
 from nlp_bench.plan import calibrate, points, ranking, timing, validation
 from nlp_bench.plan.ranking import Prediction, Space
 from nlp_bench.spec.benchmark import load_benchmark
@@ -174,8 +174,11 @@ class Predictor:
         planner cannot time."""
         planned = points.from_point(point)
         name = planned.system.name
-        if self._trust is None:
-            self._trust = trust(self.results_dir)
+        try:
+            if self._trust is None:
+                self._trust = trust(self.results_dir)
+        except BenchError:  # no corpus (a root without results/reference): a run needs no prediction
+            return None
         if name not in self._efficiencies:
             self._efficiencies[name] = efficiency(self.results_dir, name, self._trust)
         eff, calibrated = self._efficiencies[name]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from nlp_bench.errors import PlanError
 from nlp_bench.plan import calibrate, memory, timing
 from nlp_bench.plan.corpus import CorpusRow, Ranges, corpus_path, load_corpus, ranges
 from nlp_bench.spec.models import pad_vocab
@@ -123,6 +124,8 @@ def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None 
           path: Path | None = None) -> Trust:
     """The planner's trust, from the cache when the corpus and the model are unchanged."""
     path = path or corpus_path()
+    if not path.is_file():
+        raise PlanError(f"the planner's validation corpus is missing: {path}")
     key = _digest(path)
     cache = Path(results_dir) / "plan" / _CACHE if results_dir is not None else None
     if key in _MEMO:
