@@ -16,12 +16,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from nlp_bench.fsio import write_json_atomic
 from nlp_bench.plan.timing import Efficiency
 
 BOUNDS = {"gemm": (0.05, 1.0), "gemm_half": (8.0, 4096.0), "network": (0.02, 1.0), "memory": (0.05, 1.0)}
@@ -96,20 +95,11 @@ def _store(results_dir: Path) -> Path:
     return Path(results_dir) / "plan" / "calibration.json"
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Replace `path` whole, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-    os.replace(tmp, path)
-
-
 def save(results_dir: Path, system: str, result: Fit) -> Path:
     path = _store(results_dir)
     data = json.loads(path.read_text()) if path.is_file() else {}
     data[system] = result.to_dict()
-    write_json(path, data)
+    write_json_atomic(path, data)
     return path
 
 

@@ -76,9 +76,6 @@ class TimeEstimate:
     optimizer_s: float
     bubble_fraction: float
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 class NotPlannable(ValueError):
     """The system profile lacks a figure the time model needs."""

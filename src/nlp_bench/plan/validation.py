@@ -16,12 +16,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nlp_bench.errors import PlanError
+from nlp_bench.fsio import write_json_atomic
 from nlp_bench.plan import calibrate, memory, timing
 from nlp_bench.plan.corpus import CorpusRow, Ranges, corpus_path, load_corpus, ranges
 from nlp_bench.spec.models import pad_vocab
 
-#: The leave-one-out error quantiles an interval spans (5th to 95th percentile).
-QUANTILES = (0.05, 0.95)
+#: An interval spans the leave-one-out errors from the first to the last of this many quantiles
+#: (20: the 5th to the 95th percentile).
+QUANTILE_STEPS = 20
 _CACHE = "corpus-validation.json"
 
 
@@ -89,14 +91,6 @@ class Trust:
         return tokens_per_s / (1 + self.error_high), tokens_per_s / (1 + self.error_low)
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def leave_one_out(rows: list[CorpusRow], progress: Callable[[int, int], None] | None = None) -> list[Checked]:
     out = []
     for i, row in enumerate(rows):
@@ -141,9 +135,8 @@ def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None 
         whole = fit_rows(rows)
         eff, pinned = whole.efficiency, whole.pinned
         checked = leave_one_out(rows, progress)
-    errors = [c.error for c in checked]
-    result = Trust(eff, pinned, _quantile(errors, QUANTILES[0]), _quantile(errors, QUANTILES[1]), ranges(rows),
-                   checked)
+    cuts = statistics.quantiles([c.error for c in checked], n=QUANTILE_STEPS, method="inclusive")
+    result = Trust(eff, pinned, cuts[0], cuts[-1], ranges(rows), checked)
     if cache is not None and stored.get("digest") != key:
         _store(cache, key, result)
     _MEMO[key] = result
@@ -151,5 +144,5 @@ def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None 
 
 
 def _store(cache: Path, key: str, found: Trust) -> None:
-    calibrate.write_json(cache, {"digest": key, "efficiency": found.efficiency.to_dict(), "pinned": found.pinned,
-                                 "checked": [asdict(c) for c in found.checked]})
+    write_json_atomic(cache, {"digest": key, "efficiency": found.efficiency.to_dict(), "pinned": found.pinned,
+                              "checked": [asdict(c) for c in found.checked]})
