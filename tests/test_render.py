@@ -103,7 +103,7 @@ def test_trainium_point_is_a_compile_job_then_the_run_job(bench, results):
             assert needle in text, needle
     assert "${NLP_BENCH_COMPILE_COMMAND:-neuron_parallel_compile} torchrun" in compile_text
     # a 10-iteration trial (10 x the global batch of 96) with the run's learning-rate schedule
-    assert "--train-samples 960" in compile_text and "--lr-decay-samples 300000000" in compile_text
+    assert "--train-samples 960" in compile_text and "--lr-decay-samples 128953125" in compile_text
     assert "--train-samples 300000000" in run_text
     assert "#SBATCH --output=compile.out" in compile_text and "#SBATCH --output=job.out" in run_text
     assert "neuron_parallel_compile" not in run_text.split("TRAIN_ARGS=(")[1]

@@ -354,3 +354,28 @@ def test_compile_then_run_chain(slurm_cluster, tmp_path, monkeypatch):
         return dict(re.findall(r"(StartTime|EndTime)=(\S+)", out))
 
     assert times(state["job_id"])["StartTime"] >= times(state["chain_job_ids"][0])["EndTime"]
+
+
+def test_megatron_lm_stand_in_through_slurm_beside_the_builtin_trainer(slurm_cluster, tmp_path, monkeypatch):
+    """`--trainer megatron-lm` runs pretrain_gpt.py (the tests' stand-in, which refuses any flag Megatron-LM
+    lacks) under the same sbatch/srun/torchrun launch; its Megatron-format log becomes a COMPLETED row, and a
+    grid with a trainer axis puts it beside the built-in trainer as a ratio."""
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(ROOT / "tests" / "fixtures" / "megatron_lm"))
+    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", "--trainer", "megatron-lm", "--wait",
+                     cwd=tmp_path)
+    folder = next(tmp_path.glob("results/nlp/*/*_megatron-lm/"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "job.err").read_text()[-3000:]
+    row, = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)
+    assert (row["state"], row["trainer"], row["Iterations"]) == ("COMPLETED", "megatron-lm", "40")
+    assert float(row["Tokens/sec"]) > 0
+    assert "--mock-data" in (folder / "train.args").read_text().splitlines()
+    assert "MEGATRON_LM_COMMIT=" in (folder / "provenance.env").read_text()
+    grid = tmp_path / "both.yaml"
+    grid.write_text("tag: smoke\nsystem: local-slurm\nmatrix:\n  trainer: [builtin, megatron-lm]\n")
+    proc = run_bench("sweep", str(grid), "--wait", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = run_bench("result", "compare", "--trainers", "--format", "csv", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (pair,) = _csv_rows(out.stdout)
+    assert float(pair["builtin/megatron-lm"]) == pytest.approx(
+        float(pair["builtin_Tokens/sec"]) / float(pair["megatron-lm_Tokens/sec"]))

@@ -73,11 +73,34 @@ def test_fp16_overflow_is_skipped_and_lowers_the_scale():
 def test_tensorboard_scalars_load_with_tensorboards_reader(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run("--train-iters", "4", "--log-interval", "2", "--tensorboard-dir", str(tmp_path / "tb"))
+    run("--train-iters", "4", "--log-interval", "2", "--tensorboard-dir", str(tmp_path / "tb"),
+        "--tensorboard-queue-size", "5", "--log-timers-to-tensorboard", "--log-batch-size-to-tensorboard",
+        "--log-validation-ppl-to-tensorboard", "--eval-interval", "2", "--eval-iters", "1")
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     assert {"lm loss", "learning-rate", "loss-scale", "grad-norm", "iteration-time", "tokens-per-second",
-            "TFLOPs"} <= tags
+            "TFLOPs", "batch-size", "lm loss validation", "lm loss validation ppl"} <= tags
+    assert [e.value for e in acc.Scalars("batch-size")] == [8.0, 8.0]
+    assert [e.step for e in acc.Scalars("lm loss validation ppl")] == [2, 4]
     assert [e.step for e in acc.Scalars("lm loss")] == [2, 4]
     assert all(e.value > 0 for e in acc.Scalars("tokens-per-second"))
+
+
+def test_optional_tensorboard_scalars_follow_megatrons_flags(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run("--train-iters", "3", "--log-interval", "2", "--tensorboard-dir", str(tmp_path / "tb"), "--eval-iters", "1",
+        "--eval-interval", "2")
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert "lm loss validation" in tags
+    assert not {"iteration-time", "batch-size", "lm loss validation ppl"} & tags
+
+
+def test_a_flag_the_trainer_cannot_honour_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, "--train-iters", "2", "--optimizer", "sgd"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--optimizer" in proc.stderr and "sgd" in proc.stderr

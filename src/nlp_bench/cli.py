@@ -12,7 +12,7 @@ from nlp_bench import __version__
 from nlp_bench.errors import BenchError
 
 TABLE_FORMATS = ("pretty", "csv", "json", "md")
-EXPORT_FORMATS = ("csv", "json", "md", "html", "tex", "parquet", "sqlite")
+EXPORT_FORMATS = ("csv", "json", "md", "html", "tex", "parquet", "sqlite", "submission")
 
 
 class OneLineError(click.ClickException):
@@ -64,6 +64,10 @@ def cli(ctx: click.Context, results_dir: Path) -> None:
 def launch_options(command):
     """Options `run` and `sweep` share about how their jobs start and are watched."""
     command = click.option(
+        "--trainer", type=click.Choice(["builtin", "megatron-lm"]), default=None,
+        help="What trains: the built-in trainer or Megatron-LM's pretrain_gpt.py (the checkout from the system "
+             "profile's megatron_lm_repo or MEGATRON_LM_REPO); default: the tag's, else the system's.")(command)
+    command = click.option(
         "--after", metavar="JOBID[:JOBID...]", default=None,
         help="On Slurm: start only after these jobs completed successfully (--dependency=afterok).")(command)
     return click.option(
@@ -89,17 +93,18 @@ def launch_options(command):
               help="Run again the points of RUN that did not complete (nothing else is read).")
 @click.pass_context
 def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, dry_run, wait_, hang_timeout, after,
-        resume_ref) -> None:
+        trainer, resume_ref) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm)."""
     from nlp_bench.app.execute import LaunchOptions, execute_run, resume
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
         _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas,
-                         hang_timeout=hang_timeout, benchmark=None if benchmark_name == "nlp" else benchmark_name)
+                         hang_timeout=hang_timeout, trainer=trainer,
+                         benchmark=None if benchmark_name == "nlp" else benchmark_name)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     code = execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
-                       dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas), options)
+                       dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas), options, trainer)
     ctx.exit(code)
 
 
@@ -140,19 +145,19 @@ def _refreshed(run_):
               help="Run again the points of RUN that did not complete, instead of a GRID.")
 @click.pass_context
 def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, top, no_plan,
-          wait_, hang_timeout, after, resume_ref) -> None:
+          wait_, hang_timeout, after, trainer, resume_ref) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints)."""
     from nlp_bench.app.execute import LaunchOptions, execute_sweep, resume
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
         _resume_takes_no(grid=grid, tag=tag, system=system, max_points=max_points, no_rules=no_rules or None,
-                         hang_timeout=hang_timeout, top=top, no_plan=no_plan or None)
+                         hang_timeout=hang_timeout, top=top, no_plan=no_plan or None, trainer=trainer)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     if grid is None:
         raise click.UsageError("give a GRID file, or --resume RUN")
     ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose,
-                           options, top, keep_unfit=no_plan))
+                           options, top, keep_unfit=no_plan, trainer=trainer))
 
 
 @cli.command()
@@ -261,8 +266,10 @@ def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, 
 @click.option("--reference", "reference_name", default="jupiter", show_default=True, metavar="NAME",
               help="Reference rows: results/reference/NAME.csv.")
 @click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="pretty", show_default=True)
+@click.option("--trainers", is_flag=True,
+              help="Instead: the built-in trainer beside Megatron-LM on each layout RUN measured with both (ratio).")
 @click.pass_context
-def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str, fmt: str) -> None:
+def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str, fmt: str, trainers: bool) -> None:
     """Compare the completed points of RUN with the reference: tokens/s ratio (also per device) and, for
     175B, the verdict against the 560 s baseline."""
     from nlp_bench.analysis.reference import compare, reference_rows
@@ -270,8 +277,17 @@ def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str,
     from nlp_bench.report.compare import render_comparison
     from nlp_bench.workspace import find_run
 
-    references = reference_rows(reference_name)
     run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
+    if trainers:
+        from nlp_bench.analysis.side_by_side import COLUMNS, compare_trainers
+
+        try:
+            pairs = compare_trainers(run_rows(run_))
+        except BenchError as exc:
+            raise BenchError(f"run {run_.id}: {exc}") from None
+        click.echo(render_comparison(pairs, fmt, COLUMNS), nl=False)
+        return
+    references = reference_rows(reference_name)
     try:
         rows = compare(run_rows(run_), references)
     except BenchError as exc:
@@ -329,16 +345,28 @@ def result_report(ctx: click.Context, run_refs: tuple[str, ...], output: Path, r
 
 @result.command("export")
 @click.argument("run_ref", metavar="[RUN]", required=False)
-@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), required=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), required=True,
+              help="A table format, or `submission`: a folder with the table, the jobscripts and arguments as "
+                   "run, the logs, software versions and the rules verdict.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="The file to write (the new folder for --format submission).")
 @click.pass_context
 def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Path) -> None:
-    """Write the result table of RUN to a file."""
+    """Write the result table of RUN (default: the newest) to a file, or RUN as a submission bundle."""
     from nlp_bench.analysis.results import run_rows
     from nlp_bench.report.table import export
     from nlp_bench.workspace import find_run
 
     run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
+    if fmt == "submission":
+        from nlp_bench.app.submission import write_submission
+
+        bundle = write_submission(run_, output)
+        verdict = "valid submission" if bundle["rules"]["valid"] else "NOT a valid submission (see rules.json)"
+        click.echo(f"wrote {output}: run {run_.id}, {len(bundle['files'])} files; {verdict}")
+        return
+    if output.is_dir():
+        raise click.UsageError(f"{output} is a folder; a {fmt} export is one file")
     export(run_rows(run_), fmt, output)
     click.echo(f"wrote {output} ({fmt}, run {run_.id})")
 
@@ -436,6 +464,38 @@ def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, t
         click.echo(json.dumps([{**p.to_dict(), "calibrated": calibrated} for p in shown], indent=2))
         return
     click.echo(render_plan(good, pruned, calibrated, base, top), nl=False)
+
+
+@cli.group()
+def rules() -> None:
+    """The benchmark's submission rules."""
+
+
+@rules.command("check")
+@click.argument("run_ref", metavar="[RUN]", required=False)
+@click.option("--tag", default=None, help="Check the point this tag renders instead of a run.")
+@click.option("--system", default=None, help="With --tag: the system profile (default: the tag's).")
+@click.option("--trainer", type=click.Choice(["builtin", "megatron-lm"]), default=None, help="With --tag: the trainer.")
+@click.option("--benchmark", "benchmark_name", default="nlp", show_default=True, help="With --tag: the benchmark.")
+@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON instead of text.")
+@click.pass_context
+def rules_check(ctx: click.Context, run_ref: str | None, tag, system, trainer, benchmark_name, as_json) -> None:
+    """Is RUN (default: the newest) a valid submission? Each point's arguments as its job ran them (or as its
+    jobscript holds them) against the rules: fixed model and precision, every reference training flag
+    (expected vs found), the free parameters it changed. Exit 0 valid, 1 not, 2 a user error."""
+    import json
+
+    from nlp_bench.app.rules_check import check_run, check_tag
+    from nlp_bench.report.rules_text import render_rules
+
+    if run_ref is not None and (tag or system or trainer):
+        raise click.UsageError("give a RUN or --tag (with --system, --trainer), not both")
+    if tag is None and (system or trainer):
+        raise click.UsageError("--system and --trainer go with --tag")
+    checked = check_tag(benchmark_name, tag, system, trainer) if tag else check_run(ctx.obj["results_dir"], run_ref)
+    found = [c.to_dict() for c in checked]
+    click.echo(json.dumps(found, indent=2) if as_json else render_rules(found), nl=as_json)
+    ctx.exit(0 if all(c.verdict.valid for c in checked) else 1)
 
 
 @cli.group()

@@ -44,6 +44,8 @@ COMPILE_SCRIPT, COMPILE_OUT, COMPILE_ERR = "compile.sbatch", "compile.out", "com
 #: where each script's output goes when no scheduler directive says so (the local executor)
 OUTPUTS = {JOBSCRIPT: (JOB_OUT, JOB_ERR), COMPILE_SCRIPT: (COMPILE_OUT, COMPILE_ERR)}
 PROVENANCE_ENV = "provenance.env"
+#: the trainer's arguments as the job ran them (after the shell expanded them), one per line
+TRAIN_ARGS_FILE = "train.args"
 #: the points a sweep dropped, one CSV row each (its parameters, the reason, the rule counted by)
 DROPPED_CSV = "dropped.csv.gz"  # written by the jobscript at start: the environment that shapes performance
 

@@ -30,7 +30,7 @@ COLUMNS = [
     "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
     "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
     "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "state", "failure_class", "run",
-    "point",
+    "point", "trainer",
 ]
 
 
@@ -127,7 +127,7 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "Predicted_Tokens/sec": predicted,
         "Predicted/Measured": predicted / measured if predicted and measured else None,
         "state": state.get("state", "NOT_SUBMITTED"), "failure_class": state.get("failure_class"),
-        "run": run_id, "point": point["id"], "model": point["model"]["name"],
+        "run": run_id, "point": point["id"], "trainer": point.get("trainer", "builtin"), "model": point["model"]["name"],
     }
 
 

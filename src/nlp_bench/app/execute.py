@@ -23,6 +23,7 @@ from nlp_bench.launch.executors import get_executor
 from nlp_bench.launch.render import render_compile_script, render_jobscript
 from nlp_bench.report.table import render
 from nlp_bench.spec.benchmark import Point, load_benchmark
+from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
 from nlp_bench.workspace import (
     COMPILE_SCRIPT,
     DROPPED_CSV,
@@ -122,10 +123,11 @@ def _watch(executor, point_dir: Path) -> str:
 
 
 def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system: str | None, dry_run: bool,
-                layout: dict[str, int | None], options: LaunchOptions = LaunchOptions()) -> int:
+                layout: dict[str, int | None], options: LaunchOptions = LaunchOptions(),
+                trainer: str | None = None) -> int:
     """`bench run`: one point. Returns the exit code for the CLI: 0 success, 1 a job that failed."""
     benchmark = load_benchmark(benchmark_name)
-    point = benchmark.point(tag, system, **layout)
+    point = benchmark.point(tag, system, trainer=trainer, **layout)
     return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, options)
 
 
@@ -190,7 +192,7 @@ def _layout(point: Point) -> dict[str, int]:
 
 def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
                   no_rules: bool, max_points: int | None, verbose: bool, options: LaunchOptions = LaunchOptions(),
-                  top: int | None = None, keep_unfit: bool = False) -> int:
+                  top: int | None = None, keep_unfit: bool = False, trainer: str | None = None) -> int:
     """`bench sweep`: every point of a grid file, streamed: points the planner predicts not to fit in device
     memory are dropped too (with the predicted memory; `keep_unfit` trusts the grid instead), and with
     `top` only the K points it predicts fastest are run. Every dropped point is logged with its reason.
@@ -208,7 +210,7 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
     total = combinations(grid)
     try:
         with _progress(total, f"expanding {grid_path}") as advance:
-            for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules):
+            for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules, trainer=trainer):
                 if isinstance(item, Dropped):
                     log.add(item.params, item.reason, item.rule)
                 else:
@@ -220,7 +222,8 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
                             f"more than --max-points {limit:,}: narrow its lists (or add exclude/constraints), run "
                             f"the planner's fastest K with --top K, or raise --max-points; nothing was written")
         if not points:
-            raise SpecError(f"none of the {total} combinations of {grid_path} is a runnable point")
+            reasons = "; ".join(f"{count} by {rule}" for rule, count in log.counts.most_common(3))
+            raise SpecError(f"none of the {total} combinations of {grid_path} is a runnable point (dropped: {reasons})")
     except BaseException:
         log.discard()
         raise
@@ -279,6 +282,8 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
     executor = get_executor(system.executor)
     options.check(executor)
     if not dry_run:
+        if any(p.trainer == MEGATRON_LM for p in points):
+            megatron_checkout(system.megatron_lm_repo, system.name)  # a run's points share their system
         executor.check_available()  # fail before a workspace is written
     from nlp_bench.app.planning import predictions
 

@@ -11,7 +11,8 @@ import jinja2
 
 from nlp_bench.paths import slurm_dir
 from nlp_bench.spec.benchmark import Point
-from nlp_bench.workspace import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT
+from nlp_bench.spec.trainers import MEGATRON_LM
+from nlp_bench.workspace import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT, TRAIN_ARGS_FILE
 
 TEMPLATE = "jobscript.sbatch.j2"
 #: Seconds without a new iteration line after which a job's watchdog ends it. Generous: a 175B start-up
@@ -66,25 +67,27 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
     `compile_job`, the script of the compile job that precedes it on systems with a compile_command."""
     sbatch = {**point.system.sbatch, **point.sbatch}
     job_name = sbatch.pop("job-name", f"nlp-bench-{point.tag}")
-    env = {key: shell_value(value) for key, value in point.system.env.items()}
-    train = point.train
+    env = {key: shell_value(value) for key, value in point.env.items()}
+    train = point.flags
     if compile_job:
         train = {k: v for k, v in train.items() if k not in _RUN_ONLY}
         iters = point.system.compile_iters
         # the trial run is short, but its learning-rate schedule stays the run's (a decay shorter than the
         # warm-up is refused), and it counts in the run's unit: the graphs are the same either way
-        if "train-samples" in point.train:
+        if "train-samples" in point.flags:
             train["train-samples"] = iters * point.layout.global_batch_size
-            train.setdefault("lr-decay-samples", point.train["train-samples"])
+            train.setdefault("lr-decay-samples", point.flags["train-samples"])
         else:
             train["train-iters"] = iters
-            if "train-iters" in point.train:
-                train.setdefault("lr-decay-iters", point.train["train-iters"])
+            if "train-iters" in point.flags:
+                train.setdefault("lr-decay-iters", point.flags["train-iters"])
         job_name += "-compile"
     template = _environment(str(slurm_dir() / "templates")).get_template(TEMPLATE)
     return template.render(
         p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
-        train_flags=train_flags(train), compile=compile_job,
+        train_flags=train_flags(train), compile=compile_job, megatron=point.trainer == MEGATRON_LM,
+        megatron_repo=point.system.megatron_lm_repo,
+        train_args_file=TRAIN_ARGS_FILE,
         out_name=COMPILE_OUT if compile_job else JOB_OUT, err_name=COMPILE_ERR if compile_job else JOB_ERR,
         # the command is a site setting; NLP_BENCH_COMPILE_COMMAND replaces it at submission (a stand-in, say)
         launch_prefix=f'${{NLP_BENCH_COMPILE_COMMAND:-{point.system.compile_command}}} ' if compile_job else "",

@@ -13,11 +13,12 @@ from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.layout import Layout, validate
 from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
+from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_megatron_flags, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _TOP_KEYS = {"name", "description", "default_tag", "train", "tags"}
 _TAG_KEYS = {"description", "model", "model_overrides", "system", "nodes", "tp", "pp", "mbs", "gas", "train", "sbatch",
-             "fixed", "systems"}
+             "fixed", "systems", "trainer", "rules"}
 #: what a tag may set differently on one system (`systems: {name: {...}}`): its layout
 _PER_SYSTEM_KEYS = {"nodes", "tp", "pp", "mbs", "gas"}
 
@@ -42,11 +43,30 @@ class Point:
     sbatch: dict[str, Any] = field(default_factory=dict)
     #: what a sweep changed beyond the layout (model fields, flags); part of the id when present
     variant: str = ""
+    #: the program the jobscript starts (spec.trainers); a point run by Megatron-LM says so in its id
+    trainer: str = BUILTIN
+    #: the submission rules the point is checked against (benchmark/rules/<name>.yaml), if its tag has any
+    rules: str | None = None
 
     @property
     def id(self) -> str:
         lay = self.layout
-        return f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}_mbs{lay.mbs}_gas{lay.gas}{self.variant}"
+        by = "" if self.trainer == BUILTIN else f"_{self.trainer}"
+        return f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}_mbs{lay.mbs}_gas{lay.gas}{self.variant}{by}"
+
+    @property
+    def flags(self) -> dict[str, Any]:
+        """The training flags the trainer gets beyond the model and layout: Megatron-LM adds the system's."""
+        if self.trainer == MEGATRON_LM:
+            return {**self.train, **self.system.megatron_lm_train}
+        return self.train
+
+    @property
+    def env(self) -> dict[str, Any]:
+        """The environment the jobscript exports: the system's, and Megatron-LM's where it is the trainer."""
+        if self.trainer == MEGATRON_LM:
+            return {**self.system.env, **self.system.megatron_lm_env}
+        return self.system.env
 
     @property
     def vocab_padded(self) -> int:
@@ -64,7 +84,9 @@ class Point:
                             "devices_per_node": self.system.devices_per_node, "peak_tflops": self.system.peak_tflops,
                             "partition": self.system.partition, "executor": self.system.executor},
             "layout": self.layout.to_dict(),
-            "train": self.train,
+            "trainer": self.trainer,
+            "rules": self.rules,
+            "train": self.flags,
             "sbatch": self.sbatch,
         }
 
@@ -79,11 +101,12 @@ class Benchmark:
     path: Path
 
     def point(self, tag: str | None = None, system: str | None = None, *, model: dict[str, int] | None = None,
-              train: dict[str, Any] | None = None, **layout: int | None) -> Point:
+              train: dict[str, Any] | None = None, trainer: str | None = None, **layout: int | None) -> Point:
         """Resolve a tag (default: the benchmark's default tag) on its own or another system.
 
         `layout` may override nodes, tp, pp, mbs and gas (None keeps the tag's value): they are the
-        parameters the benchmark's rules leave free.
+        parameters the benchmark's rules leave free. The trainer is `trainer`, else the tag's, else the
+        system's.
         """
         bad = set(layout) - {"nodes", "tp", "pp", "mbs", "gas"}
         if bad:
@@ -109,7 +132,12 @@ class Benchmark:
         clash = DERIVED_FLAGS & set(flags)
         if clash:
             raise SpecError(f"{where}: train may not set {', '.join(sorted(clash))} (they follow from model and layout)")
-        return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}))
+        trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
+        point = Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
+                      rules=spec.get("rules"))
+        if trainer == MEGATRON_LM:
+            check_megatron_flags([*point.flags, *DERIVED_FLAGS], f"{where} on {sys_.name}")
+        return point
 
 
 def known_benchmarks() -> list[str]:
@@ -140,6 +168,10 @@ def load_benchmark(name_or_path: str = "nlp") -> Benchmark:
             if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(key)):
                 raise SpecError(f"{path}: tag {tag!r}: {key!r} is not a Megatron flag name")
         check_keys(spec, _TAG_KEYS, f"{path}: tag {tag!r}")
+        if "trainer" in spec:
+            check_trainer(spec["trainer"], f"{path}: tag {tag!r}")
+        if spec.get("rules") is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", str(spec["rules"])):
+            raise SpecError(f"{path}: tag {tag!r}: rules must name a file of benchmark/rules/")
         missing = {"model", "system", "nodes"} - set(spec)
         if missing:
             raise SpecError(f"{path}: tag {tag!r} is missing {', '.join(sorted(missing))}")

@@ -10,13 +10,15 @@ from typing import Any
 
 from nlp_bench.errors import SpecError, unknown
 from nlp_bench.paths import slurm_dir
+from nlp_bench.spec.trainers import check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _KEYS = {
     "name", "description", "device", "device_name", "devices_per_node", "device_memory_gib", "peak_tflops",
     "backend", "launcher", "executor", "max_nodes", "sbatch", "env_setup", "env", "master_addr_suffix",
     "master_port", "data_dir", "intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
-    "sources", "compile_command", "compile_cache", "compile_iters",
+    "sources", "compile_command", "compile_cache", "compile_iters", "trainer", "megatron_lm_repo", "megatron_lm_env",
+    "megatron_lm_train",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
 
@@ -52,6 +54,11 @@ class System:
     master_addr_suffix: str = ""
     master_port: int = 6000
     data_dir: str = ""
+    # the trainer points run by default here, and what Megatron-LM needs when it is the trainer
+    trainer: str = "builtin"
+    megatron_lm_repo: str = ""  # the checkout holding pretrain_gpt.py; $MEGATRON_LM_REPO overrides it
+    megatron_lm_env: dict[str, Any] = field(default_factory=dict)  # added to env for Megatron-LM points
+    megatron_lm_train: dict[str, Any] = field(default_factory=dict)  # flags added for Megatron-LM (e.g. transformer-impl)
 
     @property
     def partition(self) -> str:
@@ -61,6 +68,7 @@ class System:
 _SAFE = {
     # values the template writes verbatim: a $NAME may expand, nothing may run
     "data_dir": re.compile(r"[A-Za-z0-9_./~${}+,:@-]*"),
+    "megatron_lm_repo": re.compile(r"[A-Za-z0-9_./~${}+,:@-]*"),
     "master_addr_suffix": re.compile(r"[A-Za-z0-9.-]*"),
     "compile_command": re.compile(r"[A-Za-z0-9_./-]*"),
     "compile_cache": re.compile(r"[A-Za-z0-9_./~${}+,:@-]*"),
@@ -75,9 +83,14 @@ def _check_site_values(data: dict[str, Any], path: Path) -> None:
             raise SpecError(f"{path}: {key} {value!r} holds characters a jobscript cannot take literally")
     for key, value in (data.get("sbatch") or {}).items():
         check_sbatch_option(key, value, str(path))
-    for key in data.get("env") or {}:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
-            raise SpecError(f"{path}: env name {key!r} is not a shell variable name")
+    for block in ("env", "megatron_lm_env"):
+        for key in data.get(block) or {}:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
+                raise SpecError(f"{path}: {block} name {key!r} is not a shell variable name")
+    for key in data.get("megatron_lm_train") or {}:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(key)):
+            raise SpecError(f"{path}: megatron_lm_train: {key!r} is not a Megatron flag name")
+    check_trainer(data.get("trainer", "builtin"), str(path))
     for key in ("master_port", "compile_iters"):
         if not isinstance(data.get(key, 1), int) or isinstance(data.get(key), bool) or data.get(key, 1) < 1:
             raise SpecError(f"{path}: {key} must be a positive number")
@@ -127,8 +140,8 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
     if data["backend"] not in ("nccl", "gloo", "xla"):
         raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
     data.setdefault("description", "")
-    _check_site_values(data, path)
-    for key in ("sbatch", "env", "sources"):
+    for key in ("sbatch", "env", "sources", "megatron_lm_env", "megatron_lm_train"):
         if not isinstance(data.get(key) or {}, dict):
             raise SpecError(f"{path}: {key} must be a mapping")
+    _check_site_values(data, path)
     return System(**{k: v for k, v in data.items() if v is not None})

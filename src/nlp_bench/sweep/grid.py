@@ -11,6 +11,7 @@
       gas: [256, 128]
     derived:                  # values computed from the others, in order; expressions
       mbs: "1 if tp < 4 else 2" # may also read the system's devices_per_node
+    (an axis `trainer: [builtin, megatron-lm]` runs each point with both trainers, side by side)
     exclude:                  # drop points where an expression holds
       - "tp * pp > 16"
     constraints:              # keep only points where every expression holds
@@ -39,13 +40,14 @@ from nlp_bench.errors import LayoutError, SpecError, did_you_mean
 from nlp_bench.spec.benchmark import Benchmark, Point, load_benchmark
 from nlp_bench.spec.layout import parallel_violations
 from nlp_bench.spec.models import SHAPE, ModelSpec
+from nlp_bench.spec.trainers import TRAINERS
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 from nlp_bench.sweep.expr import EvaluationError, Expression
 
 LAYOUT = ("nodes", "tp", "pp", "mbs", "gas")
 MODEL = SHAPE
 PRECISIONS = ("fp32", "bf16", "fp16")
-PARAMETERS = (*LAYOUT, *MODEL, "precision")
+PARAMETERS = (*LAYOUT, *MODEL, "precision", "trainer")
 #: names an expression may read but no axis may set: they come with the system
 READ_ONLY = ("devices_per_node",)
 _KEYS = {"benchmark", "tag", "system", "description", "matrix", "zip", "derived", "exclude", "constraints", "train"}
@@ -157,7 +159,7 @@ def _base(model: ModelSpec, point: Point) -> dict[str, Any]:
     precision = "bf16" if train.get("bf16") else "fp16" if train.get("fp16") else "fp32"
     lay = point.layout
     return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "mbs": lay.mbs, "gas": lay.gas, "precision": precision,
-            **{name: getattr(model, name) for name in MODEL}, **{READ_ONLY[0]: lay.devices_per_node}}
+            "trainer": point.trainer, **{name: getattr(model, name) for name in MODEL}, **{READ_ONLY[0]: lay.devices_per_node}}
 
 
 def combinations(grid: Grid) -> int:
@@ -168,16 +170,17 @@ def combinations(grid: Grid) -> int:
     return total
 
 
-def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False) -> Expansion:
+def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False,
+           trainer: str | None = None) -> Expansion:
     """Every outcome of a grid collected in memory (a small grid's, a test's); see outcomes()."""
     out = Expansion(combinations=combinations(grid))
-    for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules):
+    for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules, trainer=trainer):
         (out.dropped if isinstance(item, Dropped) else out.points).append(item)
     return out
 
 
 def outcomes(grid: Grid, *, tag: str | None = None, system: str | None = None,
-             no_rules: bool = False) -> Iterator[Point | Dropped]:
+             no_rules: bool = False, trainer: str | None = None) -> Iterator[Point | Dropped]:
     """Every combination of the grid, in order, as a resolved Point or as Dropped with its reason.
 
     A generator: memory stays bounded whatever the grid's size, but for the identities of the valid
@@ -186,7 +189,9 @@ def outcomes(grid: Grid, *, tag: str | None = None, system: str | None = None,
     benchmark = load_benchmark(grid.benchmark)
     tag = tag if tag is not None else grid.tag
     system = system if system is not None else grid.system
-    start = benchmark.point(tag, system)
+    if trainer is not None and "trainer" in (*grid.matrix, *grid.zipped, *(n for n, _ in grid.derived)):
+        raise SpecError(f"{grid.path} has a trainer axis; --trainer would override it: drop one of them")
+    start = benchmark.point(tag, system, trainer=trainer)
     base = _base(start.model, start)
     fixed = set(benchmark.tags[start.tag].get("fixed") or [])
     touched = (set(grid.matrix) | set(grid.zipped) | {n for n, _ in grid.derived}) & fixed
@@ -261,7 +266,9 @@ def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[st
         extra.update(bf16=precision == "bf16", fp16=precision == "fp16")
         changed["precision"] = precision
     model = {n: v for n, v in changed.items() if n in MODEL}
-    point = benchmark.point(tag, system, model=model or None, train=extra or None,
+    if params["trainer"] not in TRAINERS:
+        raise EvaluationError(f"trainer must be one of {', '.join(TRAINERS)}, got {params['trainer']!r}")
+    point = benchmark.point(tag, system, model=model or None, train=extra or None, trainer=params["trainer"],
                             **{n: params[n] for n in LAYOUT})
     if not changed:
         return point

@@ -16,9 +16,15 @@ class UsageError(Exception):
     """A flag combination the trainer cannot run; main() prints it as one line and exits 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse prints the usage and then the error; a job log wants the one line that says what is wrong."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m nlp_bench.train", description=__doc__,
-                                allow_abbrev=False)
+    p = _Parser(prog="python -m nlp_bench.train", description=__doc__, allow_abbrev=False)
     a = p.add_argument
     # model
     a("--num-layers", type=int, required=True)
@@ -101,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--eval-interval", type=int, default=1000, help="evaluate on the validation split every this many iterations")
     a("--eval-iters", type=int, default=100, help="global batches per evaluation (0: no evaluation)")
     a("--tensorboard-dir", default=None)
+    a("--tensorboard-queue-size", type=int, default=1000, help="events the writer holds before it writes them")
+    a("--log-timers-to-tensorboard", action="store_true", help="also write the iteration time")
+    a("--log-batch-size-to-tensorboard", action="store_true", help="also write the global batch size")
+    a("--log-validation-ppl-to-tensorboard", action="store_true", help="also write the validation perplexity")
     a("--save", default=None)
     a("--load", default=None)
     a("--save-interval", type=int, default=None)
@@ -126,6 +136,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UsageError("--data-path takes one dataset prefix (weighted blends are not implemented)")
     if args.save_interval is not None and not args.save:
         raise UsageError("--save-interval needs --save DIR")
+    if args.tensorboard_queue_size < 1:
+        raise UsageError("--tensorboard-queue-size must be at least 1")
     if args.bf16 and args.fp16:
         raise UsageError("--bf16 and --fp16 exclude each other")
     if args.recompute_activations:  # Megatron: --recompute-activations means selective recompute

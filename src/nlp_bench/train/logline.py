@@ -26,20 +26,23 @@ def iteration_line(*, iteration: int, total: int, consumed: int, seconds: float,
 class IntervalLog:
     """One log interval's bookkeeping: losses (averaged over dp, as Megatron reports them), skipped and
     NaN iterations, and wall time without evaluation or checkpoint saving. `emit` prints the line, and
-    writes the TensorBoard scalars, on the last rank."""
+    writes the TensorBoard scalars, on the last rank. `args` carries Megatron's TensorBoard flags: the
+    directory, the writer's queue size and which optional scalars (timers, batch size, validation
+    perplexity) to write."""
 
-    def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float,
-                 tensorboard_dir: str | None) -> None:
+    def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float, args) -> None:
         import time
 
         self._clock = time.perf_counter
         self.groups, self.global_batch, self.seq_length = groups, global_batch, seq_length
         self.flops_per_iteration = flops_per_iteration
+        self.timers, self.batch_size = args.log_timers_to_tensorboard, args.log_batch_size_to_tensorboard
+        self.validation_ppl = args.log_validation_ppl_to_tensorboard
         self.board = None
-        if tensorboard_dir and groups.rank == groups.world - 1:
+        if args.tensorboard_dir and groups.rank == groups.world - 1:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.board = SummaryWriter(log_dir=tensorboard_dir)
+            self.board = SummaryWriter(log_dir=args.tensorboard_dir, max_queue=args.tensorboard_queue_size)
         self._reset()
 
     def _reset(self) -> None:
@@ -74,10 +77,14 @@ class IntervalLog:
             loss = sums[0].item() / max(sums[1].item(), 1.0)
             tflops = flops.tflops_per_device(self.flops_per_iteration, seconds, self.groups.world)
             if self.board is not None:
-                for tag, value in (("lm loss", loss), ("learning-rate", lr), ("loss-scale", loss_scale),
-                                   ("grad-norm", grad_norm), ("iteration-time", seconds),
-                                   ("tokens-per-second", self.global_batch * self.seq_length / seconds),
-                                   ("TFLOPs", tflops)):
+                scalars = [("lm loss", loss), ("learning-rate", lr), ("loss-scale", loss_scale),
+                           ("grad-norm", grad_norm), ("tokens-per-second", self.global_batch * self.seq_length / seconds),
+                           ("TFLOPs", tflops)]
+                if self.timers:
+                    scalars.append(("iteration-time", seconds))
+                if self.batch_size:
+                    scalars.append(("batch-size", self.global_batch))
+                for tag, value in scalars:
                     self.board.add_scalar(tag, value, iteration)
                 self.board.flush()
             print(iteration_line(iteration=iteration, total=total, consumed=iteration * self.global_batch,
@@ -85,6 +92,15 @@ class IntervalLog:
                                  loss=loss, loss_scale=loss_scale, grad_norm=grad_norm, skipped=self.skipped,
                                  nan=self.nan, tflops=tflops), flush=True)
         self._reset()
+
+    def validation(self, iteration: int, loss: float) -> None:
+        """The validation loss (and, when asked, its perplexity) under Megatron's TensorBoard tags."""
+        if self.board is None:
+            return
+        self.board.add_scalar("lm loss validation", loss, iteration)
+        if self.validation_ppl:
+            self.board.add_scalar("lm loss validation ppl", math.exp(min(20.0, loss)), iteration)
+        self.board.flush()
 
     def close(self) -> None:
         if self.board is not None:

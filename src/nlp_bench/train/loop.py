@@ -103,8 +103,9 @@ def exit_reason(args: Namespace, iteration: int, t_start: float, signals: Signal
 
 
 def evaluate(args: Namespace, groups: ProcessGroups, model: ModelChunks, valid, number: int, iteration: int,
-             activation_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gas: int) -> None:
-    """--eval-iters global batches of the validation split, forward only; Megatron's validation lines."""
+             activation_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gas: int) -> float | None:
+    """--eval-iters global batches of the validation split, forward only; Megatron's validation lines.
+    The loss on the last rank (which prints it), None on the others."""
     gbs, mbs = args.global_batch_size, args.micro_batch_size
     model.eval()
     total, count = 0.0, 0
@@ -121,6 +122,8 @@ def evaluate(args: Namespace, groups: ProcessGroups, model: ModelChunks, valid, 
         line = (f" validation loss at iteration {iteration} | lm loss value: {loss:.6E} |"
                 f" lm loss PPL: {math.exp(min(20.0, loss)):.6E} |")
         print("-" * len(line), line, "-" * len(line), sep="\n", flush=True)
+        return loss
+    return None
 
 
 def unfused_ops(args: Namespace) -> dict[str, str]:
@@ -225,7 +228,7 @@ def train(args: Namespace) -> int:
     start, step = checkpoint.load(args.load, args, groups, model, optimizer, rng) if args.load else (0, 0)
     if start:
         say(groups, f"resumed from {args.load} at iteration {start}")
-    log = IntervalLog(groups, gbs, args.seq_length, flops_per_iter, args.tensorboard_dir)
+    log = IntervalLog(groups, gbs, args.seq_length, flops_per_iter, args)
     norm, in_flight, iteration = 0.0, 0, start
     evaluated = start // args.eval_interval if valid is not None else 0
     signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None
@@ -254,7 +257,9 @@ def train(args: Namespace) -> int:
             log.emit(iteration, iterations, schedule.at(step), optimizer.loss_scale, norm)
         if valid is not None and (iteration % args.eval_interval == 0 or iteration == iterations):
             t_eval = time.perf_counter()
-            evaluate(args, groups, model, valid, evaluated, iteration, activation_shape, dtype, device, gas)
+            loss = evaluate(args, groups, model, valid, evaluated, iteration, activation_shape, dtype, device, gas)
+            if loss is not None:
+                log.validation(iteration, loss)
             evaluated += 1
             log.exclude(time.perf_counter() - t_eval)  # evaluation is not iteration time
         stop = exit_reason(args, iteration, t_start, signals)

@@ -1,0 +1,75 @@
+"""`bench rules check`: a run's points (or a tag's point, rendered but not written) judged by the
+benchmark's submission rules on the arguments the trainer got: the job's train.args when it ran, else
+the TRAIN_ARGS of its jobscript as it is on disk now."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nlp_bench.errors import SpecError
+from nlp_bench.fsio import read_json
+from nlp_bench.launch.render import render_jobscript
+from nlp_bench.launch.script_args import jobscript_args, jobscript_nodes
+from nlp_bench.spec.benchmark import load_benchmark
+from nlp_bench.spec.rules import Verdict, load_rules
+from nlp_bench.workspace import JOBSCRIPT, POINT_JSON, TRAIN_ARGS_FILE, find_run
+
+
+@dataclass(frozen=True)
+class Checked:
+    point: str
+    source: str  # where the arguments were read: train.args (what ran), the jobscript, or a fresh render
+    verdict: Verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"point": self.point, "source": self.source, **self.verdict.to_dict()}
+
+
+def check_tag(benchmark_name: str, tag: str | None, system: str | None, trainer: str | None) -> list[Checked]:
+    point = load_benchmark(benchmark_name).point(tag, system, trainer=trainer)
+    if not point.rules:
+        raise SpecError(f"tag {point.tag} has no submission rules (a tag with `rules:` in {benchmark_name}, "
+                        "such as 13 or 175, has)")
+    text = render_jobscript(point)
+    verdict = load_rules(point.rules).check(point.tag, jobscript_args(text, point.id), jobscript_nodes(text))
+    return [Checked(point.id, "rendered now", verdict)]
+
+
+def check_run(results_dir: Path, run_ref: str | None) -> list[Checked]:
+    run = find_run(results_dir, run_ref)
+    out, without = [], []
+    for folder in run.point_dirs():
+        point = read_json(folder / POINT_JSON)
+        rules = point.get("rules", _tag_rules(point))
+        if not rules:
+            without.append(point["tag"])
+            continue
+        out.append(check_point(folder, point, rules))
+    if not out:
+        raise SpecError(f"run {run.id}: no point has submission rules (tag {', '.join(sorted(set(without)))}); "
+                        "rules exist for tags with `rules:` in the benchmark, such as 13 and 175")
+    return out
+
+
+def check_point(folder: Path, point: dict[str, Any], rules: str) -> Checked:
+    script = folder / JOBSCRIPT
+    text = script.read_text() if script.is_file() else ""
+    ran = folder / TRAIN_ARGS_FILE
+    if ran.is_file():
+        argv, source = ran.read_text().splitlines(), f"{TRAIN_ARGS_FILE} (as the job ran)"
+    elif text:
+        argv, source = jobscript_args(text, str(script)), f"{JOBSCRIPT} (not run yet)"
+    else:
+        raise SpecError(f"{folder}: neither {TRAIN_ARGS_FILE} nor {JOBSCRIPT}: nothing to check")
+    nodes = jobscript_nodes(text) or point["layout"]["nodes"]
+    return Checked(point["id"], source, load_rules(rules).check(point["tag"], argv, nodes))
+
+
+def _tag_rules(point: dict[str, Any]) -> str | None:
+    """Runs written before points named their rules: the tag's, from the benchmark definition."""
+    try:
+        return load_benchmark(point["benchmark"]).tags.get(point["tag"], {}).get("rules")
+    except SpecError:
+        return None

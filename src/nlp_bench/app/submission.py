@@ -1,0 +1,116 @@
+"""`bench result export --format submission`: one run as the benchmark asks a submission to be handed in:
+the result table, each point's jobscript and arguments as run, its logs, the software it ran on
+(torch, CUDA, NCCL, Megatron-LM's commit when it trained) and the rules verdict, with a manifest of
+checksums so that what is read back is what was written."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nlp_bench.analysis.results import run_results
+from nlp_bench.errors import ResultError, SpecError
+from nlp_bench.fsio import read_json, write_json_atomic
+from nlp_bench.report.table import export, read_export
+from nlp_bench.workspace import (
+    JOB_ERR,
+    JOB_OUT,
+    JOBSCRIPT,
+    POINT_JSON,
+    PROVENANCE_ENV,
+    RESULT_JSON,
+    STATE_JSON,
+    TRAIN_ARGS_FILE,
+    Run,
+)
+
+MANIFEST, TABLE, RULES, PROVENANCE = "manifest.json", "results.csv", "rules.json", "provenance.json"
+POINT_FILES = (JOBSCRIPT, TRAIN_ARGS_FILE, JOB_OUT, JOB_ERR, PROVENANCE_ENV, POINT_JSON, STATE_JSON, RESULT_JSON)
+
+
+def write_submission(run: Run, out: Path) -> dict[str, Any]:
+    """The bundle of `run` in the new folder `out` (written beside it, then moved in place whole)."""
+    from nlp_bench.app.rules_check import check_point
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ResultError(f"{out} exists and is not an empty folder; a submission bundle goes into a new one")
+    results = run_results(run)
+    meta = run.meta()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
+    try:
+        export([row for row, _ in results], "csv", tmp / TABLE)
+        verdicts, software = [], []
+        for folder in run.point_dirs():
+            target = tmp / "points" / folder.name
+            target.mkdir(parents=True)
+            for name in POINT_FILES:
+                if (folder / name).is_file():
+                    shutil.copy2(folder / name, target / name)
+            point = read_json(folder / POINT_JSON)
+            software.append(_software(folder, point))
+            if point.get("rules"):
+                try:
+                    verdicts.append(check_point(folder, point, point["rules"]).to_dict())
+                except SpecError as exc:
+                    verdicts.append({"point": point["id"], "valid": False, "verdict": f"cannot be checked: {exc}"})
+            else:
+                verdicts.append({"point": point["id"], "valid": False, "verdict": f"tag {point['tag']} has no rules"})
+        write_json_atomic(tmp / RULES, {"valid": all(v["valid"] for v in verdicts), "points": verdicts})
+        write_json_atomic(tmp / PROVENANCE, {"run": run.id, "benchmark": run.benchmark, "command": meta.get("command"),
+                                             "versions": meta.get("versions"), "points": software})
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        write_json_atomic(tmp / MANIFEST, {str(p.relative_to(tmp)): _sha256(p) for p in files})
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return read_submission(out)
+
+
+def _software(folder: Path, point: dict[str, Any]) -> dict[str, Any]:
+    """What the job ran on, as its log and its environment record say."""
+    result = read_json(folder / RESULT_JSON) if (folder / RESULT_JSON).is_file() else {}
+    found = result.get("provenance") or {}
+    environment = found.get("environment") or {}
+    return {"point": point["id"], "trainer": point.get("trainer", "builtin"), "torch": found.get("torch"),
+            "cuda": found.get("cuda"), "nccl": found.get("nccl"),
+            "megatron_lm_commit": _env_file(folder).get("MEGATRON_LM_COMMIT") or environment.get("MEGATRON_LM_COMMIT"),
+            "nodelist": found.get("nodelist"), "jobscript_sha256": found.get("jobscript_sha256")}
+
+
+def _env_file(folder: Path) -> dict[str, str]:
+    path = folder / PROVENANCE_ENV
+    if not path.is_file():
+        return {}
+    pairs = (line.partition("=") for line in path.read_text(errors="replace").splitlines())
+    return {name: value for name, sep, value in pairs if sep}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_submission(folder: Path) -> dict[str, Any]:
+    """A bundle read back: its table (as a DataFrame), rules verdict and provenance, every file checked
+    against the manifest."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        raise ResultError(f"{folder}: no {MANIFEST}; not a submission bundle")
+    manifest = read_json(folder / MANIFEST)
+    for name, digest in manifest.items():
+        path = folder / name
+        if not path.is_file() or _sha256(path) != digest:
+            raise ResultError(f"{folder}: {name} is missing or changed since the bundle was written")
+    return {"table": read_export(folder / TABLE, "csv"), "rules": read_json(folder / RULES),
+            "provenance": read_json(folder / PROVENANCE), "files": sorted(manifest)}
