@@ -4,6 +4,7 @@ in what a job ran, and a run exports as a submission bundle."""
 
 import json
 import re
+import shutil
 
 import pytest
 from conftest import ROOT
@@ -203,8 +204,10 @@ def test_submission_bundle_is_written_and_read_back(bench, results, tmp_path):
                   f" grad norm: 1.000 | number of skipped iterations:   0 | number of nan iterations:   0 |"
                   f" samples per second: 18.113 | TFLOPs: 150.00 |\n" for i in range(10, 60, 10)))
     (point / "train.args").write_text("\n".join(jobscript_args((point / "jobscript.sbatch").read_text(), "x")) + "\n")
-    out = bench("result", "export", "--format", "submission", "-o", str(tmp_path / "bundle"))
+    out = bench("result", "export", "--format", "submission", "-o", str(tmp_path / "new" / "bundle"))
     assert out.exit_code == 0, out.output
+    shutil.move(tmp_path / "new" / "bundle", tmp_path / "bundle")
+    assert list((tmp_path / "new").iterdir()) == []  # nothing left beside it
     assert "valid submission" in out.output
     bundle = read_submission(tmp_path / "bundle")
     assert bundle["rules"]["valid"] and bundle["table"]["Tokens/sec"].iloc[0] == pytest.approx(96 * 2048 / 5.3)

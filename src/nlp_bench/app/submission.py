@@ -41,7 +41,8 @@ def write_submission(run: Run, out: Path) -> dict[str, Any]:
         raise ResultError(f"{out} exists and is not an empty folder; a submission bundle goes into a new one")
     results = run_results(run)
     meta = run.meta()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # beside it: the move is a rename
     try:
         export([row for row, _ in results], "csv", tmp / TABLE)
         verdicts, software = [], []
