@@ -1,6 +1,7 @@
 """`bench result compare`: measured rows against the published reference, with the 560 s verdict."""
 
 import json
+import shutil
 
 import pytest
 from conftest import DATA
@@ -132,10 +133,8 @@ def test_plot_without_completed_points_is_one_line(bench, results, tmp_path):
 
 
 def test_html_report_renders_in_headless_chromium(bench, results, tmp_path):
-    import re
-    import shutil
-    import subprocess
-
+    """The report at 1280 and 800 pixels: no page-level horizontal overflow (wide tables scroll inside their
+    box), every row present, the headline first; the screenshots stay in tmp_path to look at."""
     _fake_sweep(bench, results, tmp_path)
     report = tmp_path / "report.html"
     out = bench("result", "report", "-o", str(report))
@@ -143,17 +142,57 @@ def test_html_report_renders_in_headless_chromium(bench, results, tmp_path):
     html = report.read_text()
     assert html.count('class="result-row"') == 8 and html.count("data:image/png;base64,") == 2 + 2 + 8
     assert 'src="http' not in html and "<link" not in html, "the report must be self-contained"
+    assert html.count("<details class=\"provenance\">") == 8, "provenance folded, one per point"
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency")
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         pytest.skip("no headless Chromium here (apt-get install chromium)")
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-    shot = tmp_path / "shot.png"
-    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1400,1000", report.as_uri()],
-                   capture_output=True, timeout=120, check=True)
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
-    dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
-    assert len(re.findall(r'<tr class="result-row">', dom)) == 8, "the rendered page holds every row"
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync"]
+    with playwright.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=browser, args=flags)
+        try:
+            for width in (1280, 800):
+                page = chromium.new_page(viewport={"width": width, "height": 900})
+                page.goto(report.as_uri())
+                scroll, client = page.evaluate("[document.documentElement.scrollWidth, "
+                                               "document.documentElement.clientWidth]")
+                assert scroll <= client == width, f"{width}px: the page is {scroll}px wide"
+                assert page.locator("tr.result-row").count() == 8 and page.locator("tr.steady-row").count() == 8
+                first = page.locator("body > *").nth(1)
+                assert first.get_attribute("id") == "headline", "the headline comes right after the title"
+                text = first.inner_text()
+                assert "175.64 s" in text and "JUBE's figure" in text and "Steady state" in text, text
+                page.screenshot(path=str(tmp_path / f"report_{width}.png"), full_page=True)
+                header = page.locator("#results th").nth(12)  # Tokens/sec: sort descending by clicking twice
+                header.click()
+                header.click()
+                assert header.get_attribute("aria-sort") == "descending"
+                first_row = page.locator("#results tr.result-row").first.inner_text()
+                assert "113872.51" in first_row, first_row
+        finally:
+            chromium.close()
+    shot = (tmp_path / "report_800.png").read_bytes()
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 10_000
+
+
+@pytest.mark.parametrize("best,verdict,word", [(540.0, "pass", "within"), (600.0, "fail", "over")])
+def test_report_headline_quotes_the_175b_figure_and_names_it(best, verdict, word):
+    from nlp_bench.report.headline import headline
+
+    def row(point, model, size, seconds, state="COMPLETED"):
+        return {"run": "r", "point": point, "model": model, "Model_Size": size, "state": state, "Nodes": 96,
+                "Tensor_Parallel": 8, "Pipeline_Parallel": 8, "MBS": 1, "GAS": 16, "Tokens/sec": 20e6 / seconds,
+                "time_to_report_in_seconds": seconds}
+
+    rows = [row("a", "gpt-175b", 175, best + 50), row("b", "gpt-175b", 175, best), row("c", "gpt-13b", 13, 100.0),
+            row("d", "gpt-175b", 175, 10.0, state="FAILED")]
+    steady = {("r", "b"): {"steady": {"time_to_report_s": best * 0.8, "warmup_excluded": 2, "intervals": 10}}}
+    found = headline(rows, steady)
+    assert found.point == "b" and found.verdict == verdict and f"{word} the 560 s baseline" in found.title
+    assert f"{best:,.2f} s" in found.title and "JUBE" in found.figure and "560 s baseline" in found.why
+    assert "-20.0%" in found.steady_note and "2 warm-up interval(s) of 10" in found.steady_note
+    assert headline([row("d", "gpt-175b", 175, 10.0, state="FAILED")], {}).point is None
 
 
 def test_table_over_runs_sorted_and_filtered(bench, results, tmp_path):
@@ -191,3 +230,50 @@ def test_plots_of_two_runs_of_the_same_points_keep_both_traces(bench, results, t
     assert out.exit_code == 0, out.output
     traces = sorted(p.name for p in (tmp_path / "plots").glob("trace_*.png"))
     assert len(traces) == 16 and all(any(run in t for run in runs) for t in traces)
+
+
+def _table_rows(text: str) -> list[str]:
+    """The data lines of a pretty table: those between the header rule and the first blank line after it."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if set(line.strip()) == {"─"}) + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 120, 160])
+def test_pretty_table_fits_the_terminal_and_names_what_it_left_out(bench, results, tmp_path, monkeypatch, width):
+    _fake_sweep(bench, results, tmp_path)
+    monkeypatch.setenv("COLUMNS", str(width))
+    out = bench("result", "table")
+    assert out.exit_code == 0, out.output
+    assert max(len(line) for line in out.output.splitlines()) <= width, out.output
+    rows = _table_rows(out.output)
+    assert len(rows) == 8 and all("13" in row for row in rows), out.output  # one line per point, none wrapped
+    note = " ".join(out.output.split("left out: ")[1].split())
+    left_out = note.split(" (")[0].split(", ")
+    assert {"point", "run", "failure_class"} <= set(left_out) and "--wide" in note
+    if width >= 100:  # the layout and the JUBE figures come first
+        for header in ("Nodes", "Tensor", "Pipeline", "Tokens/sec"):
+            assert header in out.output
+        assert not {"Tensor_Parallel", "Tokens/sec", "time_to_report_in_seconds"} & set(left_out)
+
+
+def test_pretty_table_wide_and_chosen_columns(bench, results, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from nlp_bench.analysis.results import COLUMNS
+    from nlp_bench.cli import cli
+
+    _fake_sweep(bench, results, tmp_path)
+    monkeypatch.setenv("COLUMNS", "100")
+    wide = bench("result", "table", "--wide").output
+    header = wide.splitlines()[1].split()
+    assert header == COLUMNS and len(_table_rows(wide)) == 8 and "left out" not in wide
+    chosen = bench("result", "table", "--columns", "point,Tokens_sec, state").output
+    assert chosen.splitlines()[1].split() == ["point", "Tokens/sec", "state"] and len(_table_rows(chosen)) == 8
+    csv_lines = bench("result", "table", "--format", "csv", "--columns", "Nodes,Tokens/sec").output.splitlines()
+    assert csv_lines[0] == "Nodes,Tokens/sec" and len(csv_lines) == 9
+    assert bench("result", "table", "--format", "csv").output.splitlines()[0].split(",") == COLUMNS
+    for args, needle in ((["--columns", "Tokens/secc"], "did you mean"), (["--wide", "--columns", "Nodes"], "give one")):
+        out = CliRunner().invoke(cli, ["--results-dir", str(results), "result", "table", *args])
+        assert out.exit_code == 2 and needle in out.stderr, out.output

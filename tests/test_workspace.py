@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 
 import pytest
 
@@ -75,3 +76,29 @@ def test_slurm_states(raw, ours):
 ])
 def test_failure_classes(state, code, text, cls):
     assert failures.classify(state, code, text)[0] == cls
+
+
+def test_the_newest_run_is_the_last_made_even_within_one_second(tmp_path, bench, results, monkeypatch):
+    """A dry run and a real run made in the same second: `bench status` and `bench result table` without a
+    run name pick the one made later, whatever the random part of the ids (eight tries, fixed salts)."""
+    point = load_benchmark().point("smoke")
+    second = 1_795_000_000 * 10**9  # one wall-clock second, shared by both runs of every try
+    for salt in range(8):
+        monkeypatch.setattr(workspace.os, "urandom", lambda n, s=salt: bytes([s]) * n)
+        monkeypatch.setattr(workspace.time, "time_ns", lambda: second + 200_000_000)
+        dry = workspace.create_run(results, "nlp", "smoke", "local", [point], ["bench", "sweep", "--dry-run"])
+        workspace.write_point(dry, point, "#!/bin/bash\n")
+        monkeypatch.setattr(workspace.os, "urandom", lambda n, s=salt: bytes([s + 100]) * n)
+        monkeypatch.setattr(workspace.time, "time_ns", lambda: second + 700_000_000)
+        real = workspace.create_run(results, "nlp", "smoke", "local", [point], ["bench", "run"])
+        states.record(workspace.write_point(real, point, "#!/bin/bash\n"), states.COMPLETED, executor="local",
+                      job_id="1", exit_code=0)
+        monkeypatch.undo()
+        assert dry.id[:15] == real.id[:15], "both runs are stamped with the same second"
+        assert workspace.find_run(results, None) == real, salt
+        status = bench("status")
+        assert f"run {real.id}" in status.output and "COMPLETED" in status.output, status.output
+        table = bench("result", "table", "--format", "csv").output.splitlines()
+        assert len(table) == 2 and f",{real.id}," in table[1] and "COMPLETED" in table[1], table
+        for run in (dry, real):
+            shutil.rmtree(run.path)

@@ -235,12 +235,21 @@ def result() -> None:
                    'column names become _).')
 @click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="pretty", show_default=True)
 @click.option("--reference", is_flag=True, help="Add the published JUPITER reference rows.")
+@click.option("--wide", is_flag=True, help="Every column, however wide (the pretty table otherwise fits the terminal).")
+@click.option("--columns", "column_names", default=None, metavar="A,B,C",
+              help="Show these columns, in this order (any format).")
 @click.pass_context
 def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, sort: str | None,
-                 where: str | None, fmt: str, reference: bool) -> None:
-    """Print the result table of RUNs (run ids, prefixes or folders; default: the newest run)."""
+                 where: str | None, fmt: str, reference: bool, wide: bool, column_names: str | None) -> None:
+    """Print the result table of RUNs (run ids, prefixes or folders; default: the newest run). The pretty
+    table keeps the columns that fit the terminal's width (COLUMNS where set; no limit when writing to a pipe
+    or file) and names the ones it left out."""
     from nlp_bench.analysis.results import run_rows
-    from nlp_bench.report.table import render, select
+    from nlp_bench.report.table import render, resolve_columns, select, terminal_width
+
+    if wide and column_names:
+        raise click.UsageError("--wide and --columns: give one")
+    columns = resolve_columns(column_names) if column_names else None
     from nlp_bench.workspace import find_run, list_runs
 
     rows = []
@@ -258,7 +267,7 @@ def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, 
         runs = []
     for run_ in runs:
         rows += run_rows(_refreshed(run_))
-    click.echo(render(select(rows, sort, where), fmt), nl=False)
+    click.echo(render(select(rows, sort, where), fmt, columns, terminal_width(), wide), nl=False)
 
 
 @result.command("compare")

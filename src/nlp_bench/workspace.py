@@ -55,10 +55,14 @@ def now_iso() -> str:
 
 
 def new_run_id() -> str:
-    """Sortable by creation time; the hash keeps two runs started in the same second apart."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    salt = f"{time.time_ns()}-{os.getpid()}-{os.urandom(4).hex()}"
-    return f"{stamp}-{hashlib.sha1(salt.encode()).hexdigest()[:6]}"
+    """Sortable by creation time to the microsecond (local time, as a person reads it), so "the newest run"
+    is the last one made even when several start in the same second (a dry run beside a real one); the
+    hash keeps two runs of the same microsecond, from two processes, apart."""
+    now = time.time_ns()
+    seconds, micros = divmod(now // 1000, 1_000_000)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(seconds))
+    salt = f"{now}-{os.getpid()}-{os.urandom(4).hex()}"
+    return f"{stamp}.{micros:06d}-{hashlib.sha1(salt.encode()).hexdigest()[:6]}"
 
 
 def _version(package: str) -> str | None:

@@ -21,7 +21,7 @@ from nlp_bench.launch import states
 from nlp_bench.launch.executor import Executor, wait
 from nlp_bench.launch.executors import get_executor
 from nlp_bench.launch.render import render_compile_script, render_jobscript
-from nlp_bench.report.table import render
+from nlp_bench.report.table import render, terminal_width
 from nlp_bench.spec.benchmark import Point, load_benchmark
 from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
 from nlp_bench.workspace import (
@@ -347,7 +347,7 @@ def _launch(run, executor: Executor, folders: list[Path], options: LaunchOptions
             info = states.load(folder) or {}
             console.print(f"bench: {folder.name} ended {final} ({info.get('failure_class')}: "
                           f"{info.get('failure_detail')}); see {folder / JOB_OUT} and {folder / JOB_ERR}")
-    print(render(run_rows(run), "pretty"), end="")
+    print(render(run_rows(run), "pretty", width=terminal_width()), end="")
     return 1 if failed else 0
 
 
@@ -368,7 +368,7 @@ def _wait_all(run, executor, folders: list[Path]) -> int:
             if done == len(folders):
                 break
             time.sleep(2.0)
-    print(render(run_rows(run), "pretty"), end="")
+    print(render(run_rows(run), "pretty", width=terminal_width()), end="")
     return 0 if all(s == states.COMPLETED for s in finals) else 1
 
 

@@ -16,9 +16,18 @@ from nlp_bench.analysis.results import COLUMNS
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import write_text_atomic
 from nlp_bench.report import compare as comparison_table
+from nlp_bench.report.headline import headline
 from nlp_bench.report.table import format_cell
 
 _TEXT = {"system", "version", "queue", "JobID", "state", "failure_class", "run", "point", "reference", "model"}
+
+
+def _breakable(name: str):
+    """A column name that may break after its underscores and slashes, so narrow headers wrap instead of
+    widening the table."""
+    from markupsafe import Markup, escape
+
+    return Markup(str(escape(name)).replace("_", "_<wbr>").replace("/", "/<wbr>"))
 
 
 def _steady_rows(results: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
@@ -53,13 +62,14 @@ def write_report(path: Path, title: str, rows: list[dict[str, Any]], results: di
     if comparison:
         with tempfile.TemporaryDirectory() as tmp:
             records = {key: result.get("records") or [] for key, result in results.items()}
-            for figure in plot_all(rows, records, Path(tmp)):
+            for figure in plot_all(rows, records, Path(tmp), references):
                 if figure.suffix == ".png":
                     figures.append((figure.stem, base64.b64encode(figure.read_bytes()).decode("ascii")))
     env = jinja2.Environment(loader=jinja2.PackageLoader("nlp_bench.report", "templates"),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["breakable"] = _breakable
     html = env.get_template("report.html.j2").render(
-        title=title, generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
+        title=title, headline=headline(rows, results), generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
         columns=COLUMNS, rows=[{c: format_cell(c, r.get(c)) for c in COLUMNS} for r in rows], text_columns=_TEXT,
         comparison_columns=comparison_table.COLUMNS,
         comparison=[{c: comparison_table.format_cell(c, r[c]) for c in comparison_table.COLUMNS} for r in comparison],

@@ -2,6 +2,7 @@
 
 - strong scaling: tokens/s against nodes, per model, with the ideal line from the smallest node count;
 - time to report against nodes, with the 175B baseline (560 s) drawn where 175B points are shown;
+- on both, the published reference row of each model shown (a star), where references are given;
 - a TP x PP heatmap of tokens/s for every (model, nodes) with more than one layout;
 - the iteration-time trace of every completed point, its warm-up intervals marked.
 
@@ -34,6 +35,15 @@ def _best_per_nodes(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, dic
     return {model: sorted(by_nodes.items()) for model, by_nodes in best.items()}
 
 
+def _node_axis(ax, nodes) -> None:
+    """Node counts as plain numbers at the measured counts (a log axis would write 8 as 8 x 10^0)."""
+    from matplotlib.ticker import NullFormatter
+
+    ticks = sorted(set(nodes))
+    ax.set_xticks(ticks, [str(n) for n in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _save(fig, out_dir: Path, stem: str) -> list[Path]:
     import matplotlib.pyplot as plt
 
@@ -46,11 +56,24 @@ def _save(fig, out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
-def strong_scaling(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+def _references(ax, references: list[dict[str, Any]], models, column: str) -> None:
+    for ref in references:
+        if ref.get("model") in models and ref.get(column):
+            ax.plot([ref["Nodes"]], [ref[column]], "*", markersize=12, color="black",
+                    label=f"{ref['model']} reference ({ref['system']}, {ref['Nodes']} nodes)")
+
+
+def _reference_nodes(references: list[dict[str, Any]], models) -> list[int]:
+    return [ref["Nodes"] for ref in references if ref.get("model") in models]
+
+
+def strong_scaling(rows: list[dict[str, Any]], out_dir: Path, references: list[dict[str, Any]] = ()) -> list[Path]:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for model, points in _best_per_nodes(rows).items():
+    models = _best_per_nodes(rows)
+    _references(ax, references, models, "Tokens/sec")
+    for model, points in models.items():
         nodes = [n for n, _ in points]
         tokens = [r["Tokens/sec"] for _, r in points]
         ax.plot(nodes, tokens, "o-", label=f"{model} (best layout per node count)")
@@ -58,22 +81,25 @@ def strong_scaling(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
             ax.plot(nodes, [tokens[0] * n / nodes[0] for n in nodes], "--", color="grey", linewidth=1,
                     label=f"{model} ideal from {nodes[0]} nodes")
     ax.set(xscale="log", yscale="log", xlabel="nodes", ylabel="tokens/s", title="Strong scaling")
+    _node_axis(ax, [n for points in models.values() for n, _ in points] + _reference_nodes(references, models))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, out_dir, "strong_scaling")
 
 
-def time_to_report(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+def time_to_report(rows: list[dict[str, Any]], out_dir: Path, references: list[dict[str, Any]] = ()) -> list[Path]:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
     models = _best_per_nodes(rows)
+    _references(ax, references, models, "time_to_report_in_seconds")
     for model, points in models.items():
         ax.plot([n for n, _ in points], [r["time_to_report_in_seconds"] for _, r in points], "o-", label=model)
     for model, seconds in BASELINE_S.items():
         if model in models:
             ax.axhline(seconds, color="red", linestyle="--", linewidth=1, label=f"{model} baseline {seconds:.0f} s")
     ax.set(xscale="log", xlabel="nodes", ylabel="time to report 20M tokens (s)", title="Time to report")
+    _node_axis(ax, [n for points in models.values() for n, _ in points] + _reference_nodes(references, models))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, out_dir, "time_to_report")
@@ -132,8 +158,9 @@ def trace(point: str, records: list[dict[str, Any]], out_dir: Path) -> list[Path
 
 
 def plot_all(rows: list[dict[str, Any]], records: dict[tuple[str, str], list[dict[str, Any]]],
-             out_dir: Path) -> list[Path]:
-    """Every figure for the rows (records: a completed point's parsed records, by (run, point))."""
+             out_dir: Path, references: list[dict[str, Any]] = ()) -> list[Path]:
+    """Every figure for the rows (records: a completed point's parsed records, by (run, point); references:
+    published rows to mark beside the models they share)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,7 +169,8 @@ def plot_all(rows: list[dict[str, Any]], records: dict[tuple[str, str], list[dic
         raise ResultError("no completed point with a measured Tokens/sec to plot")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = strong_scaling(done, out_dir) + time_to_report(done, out_dir) + heatmaps(done, out_dir)
+    paths = (strong_scaling(done, out_dir, references) + time_to_report(done, out_dir, references)
+             + heatmaps(done, out_dir))
     several_runs = len({row["run"] for row in done}) > 1  # the same point may then appear twice
     for row in done:
         name = f"{row['run']}_{row['point']}" if several_runs else row["point"]

@@ -8,6 +8,8 @@ import json
 import math
 import os
 import re
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,16 @@ FORMATS = ("pretty", "csv", "json", "md")
 #: Digits shown per column; the files keep full precision except where rounding is the published form.
 _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2, "MFU": 4, "Job_Time": 0,
            "Predicted_Tokens/sec": 2, "Predicted/Measured": 3}
-#: shown in the pretty table only when some row has a prediction (most runs of a CPU system have none)
+#: The pretty table's default columns, most wanted first: when the terminal is too narrow for all of them,
+#: the last ones go first. JUBE's core columns lead (what was measured and on which layout, then where and
+#: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one.
+PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Tokens/sec", "time_to_report_in_seconds",
+            "Avg_TFLOPs/GPU", "Batch_Size", "Iterations", "system", "JobID", "Job_Time", "queue", "version",
+            "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec")
 _PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
+#: what rich's SIMPLE_HEAD box adds around n columns of content: one space of padding on each side of every
+#: cell and an edge of one character between and around them (measured: n columns take sum(widths) + 3n + 1)
+_CELL_EXTRA, _EDGE = 3, 1
 
 
 def format_cell(column: str, value: Any) -> str:
@@ -30,26 +40,109 @@ def format_cell(column: str, value: Any) -> str:
     return str(value)
 
 
-def render(rows: list[dict[str, Any]], fmt: str) -> str:
-    """The rows in one of FORMATS, as text."""
-    if fmt == "pretty":
-        from rich import box
-        from rich.console import Console
-        from rich.table import Table
+def terminal_width() -> int | None:
+    """The width the pretty table must fit: COLUMNS where set (shells export it; scripts set it), else the
+    terminal's when stdout is one, else None: output going to a file or a pipe is not cut to any width."""
+    import shutil
+    import sys
 
-        table = Table(box=box.SIMPLE_HEAD, header_style="bold")
-        predicted = any(row.get(_PREDICTED[0]) is not None for row in rows)
-        columns = [c for c in COLUMNS if predicted or c not in _PREDICTED]
-        for column in columns:
-            table.add_column(column, justify="right" if column in _DIGITS or column in ("Nodes", "DP") else "left",
-                             overflow="fold")
-        for row in rows:
-            table.add_row(*(format_cell(c, row.get(c)) for c in columns))
-        buffer = io.StringIO()
-        # wide enough that no cell wraps: the table is read, copied and grepped, not just looked at
-        Console(file=buffer, width=1000, force_terminal=False).print(table)
-        return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+    value = os.environ.get("COLUMNS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def resolve_columns(names: str) -> list[str]:
+    """`--columns a,b,c` as result columns, in the order given (Tokens_sec may stand for Tokens/sec)."""
+    from nlp_bench.errors import SpecError, unknown
+
+    by_identifier = {_identifier(c): c for c in COLUMNS}
+    chosen = []
+    for name in (n.strip() for n in names.split(",")):
+        if not name:
+            continue
+        column = name if name in COLUMNS else by_identifier.get(_identifier(name))
+        if column is None:
+            raise SpecError("--columns: " + unknown("column", name, COLUMNS))
+        if column not in chosen:
+            chosen.append(column)
+    if not chosen:
+        raise SpecError("--columns: name at least one column")
+    return chosen
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The columns a pretty table shows, and the default ones it left out for the width."""
+
+    shown: list[str]
+    left_out: list[str]
+
+
+def _content_width(rows: list[dict[str, Any]], column: str) -> int:
+    """The narrowest a fitted column can be: its widest cell, or the longest word of its header (a fitted
+    table writes a header's underscores as spaces, so Pipeline_Parallel takes two short lines)."""
+    return max([*(len(w) for w in column.split("_")), *(len(format_cell(column, row.get(column))) for row in rows)])
+
+
+def fit_columns(rows: list[dict[str, Any]], width: int | None) -> Layout:
+    """The default columns that fit `width` (None: no limit), kept by PRIORITY (a column too wide for what is
+    left gives way to narrower ones after it), shown in the published order."""
+    predicted = any(row.get(_PREDICTED[0]) is not None for row in rows)
+    wanted = [c for c in PRIORITY if predicted or c not in _PREDICTED]
+    kept, used = [], _EDGE
+    for column in wanted:
+        need = _content_width(rows, column) + _CELL_EXTRA
+        if width is None or used + need <= width or not kept:
+            kept.append(column)
+            used += need
+    return Layout([c for c in COLUMNS if c in kept], [c for c in COLUMNS if c not in kept])
+
+
+def pretty(rows: list[dict[str, Any]], columns: list[str], width: int | None = None) -> str:
+    """A terminal table of these columns. With a `width`, each column is as wide as its widest cell and its
+    header wraps instead (underscores written as spaces); no row ever wraps, and a cell that still cannot fit
+    is cut with an ellipsis. Without one, headers keep their exact names on one line."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold")
+    for column in columns:
+        justify = "right" if column in _DIGITS or column in ("Nodes", "DP") else "left"
+        if width is None:
+            table.add_column(column, justify=justify, no_wrap=True)
+        else:
+            fixed = _content_width(rows, column)
+            table.add_column(column.replace("_", " "), justify=justify, min_width=fixed, max_width=fixed,
+                             overflow="ellipsis")
+    for row in rows:
+        table.add_row(*(format_cell(c, row.get(c)) for c in columns))
+    buffer = io.StringIO()
+    Console(file=buffer, width=width or 100_000, force_terminal=False).print(table)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def render(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None, width: int | None = None,
+           wide: bool = False) -> str:
+    """The rows in one of FORMATS, as text. The pretty table fits `width` (see fit_columns) unless `wide` or
+    `columns` say which to show, and ends with a line naming the columns it left out; csv, json and md keep
+    every column unless `columns` picks some."""
+    if fmt == "pretty":
+        if columns is not None or wide:  # asked for: shown whole, however wide
+            layout, width = Layout(columns or list(COLUMNS), []), None
+        else:
+            layout = fit_columns(rows, width)
+        text = pretty(rows, layout.shown, width)
+        if layout.left_out:
+            note = f"left out: {', '.join(layout.left_out)} (--wide: every column; --columns A,B: these)"
+            text += "\n".join(textwrap.wrap(note, width or 100_000)) + "\n"
+        return text
     frame = rows_frame(rows)
+    if columns is not None:
+        frame = frame[columns]
     if fmt == "csv":
         return frame.to_csv(index=False)
     if fmt == "json":

@@ -1,0 +1,73 @@
+"""The sentence a report opens with: the figure a reader should quote, and which of the two measurements it is.
+
+Every point has two throughputs. JUBE's (the Tokens/sec column) averages every logged interval, warm-up
+included; it is what the benchmark's rules define, what the reference's 554.70 s was computed from, and so the
+only one comparable with the 560 s baseline and with other sites' submissions. The steady state leaves out the
+warm-up intervals; it says what the layout sustains, which is what comparing layouts or trainers needs. A
+short run differs between the two by tens of percent, so the headline names the one it quotes and gives the
+other beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nlp_bench.analysis.reference import BASELINE_S, verdict
+
+JUBE_FIGURE = "JUBE's figure: the mean over every logged interval, warm-up included"
+WHY_JUBE = ("the benchmark's rules define the result this way, so it is the figure to compare with the "
+            "{baseline:.0f} s baseline and with other submissions")
+WHY_JUBE_NO_BASELINE = "the benchmark's rules define the result this way, so it is the figure other sites report"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """What the report leads with; `point` is None when no point has completed."""
+
+    title: str
+    point: str | None = None
+    verdict: str | None = None
+    figure: str = JUBE_FIGURE
+    why: str = ""
+    steady_note: str = ""
+
+
+def _layout(row: dict[str, Any]) -> str:
+    return (f"{row['Nodes']} nodes, tp {row['Tensor_Parallel']}, pp {row['Pipeline_Parallel']}, "
+            f"mbs {row['MBS']}, gas {row['GAS']}")
+
+
+def headline(rows: list[dict[str, Any]], results: dict[tuple[str, str], dict]) -> Headline:
+    """The 175B point with the shortest time to report where one completed (the benchmark's reported figure),
+    else the fastest completed point of the largest model measured."""
+    done = [r for r in rows if r.get("state") == "COMPLETED" and r.get("time_to_report_in_seconds")]
+    if not done:
+        return Headline(title="No point has completed yet: nothing to quote.")
+    with_baseline = [r for r in done if r.get("model") in BASELINE_S]
+    if with_baseline:
+        pool = with_baseline
+    else:
+        largest = max(r.get("Model_Size") or 0 for r in done)
+        pool = [r for r in done if (r.get("Model_Size") or 0) == largest]
+    best = min(pool, key=lambda r: r["time_to_report_in_seconds"])
+    model, seconds = best.get("model"), best["time_to_report_in_seconds"]
+    baseline = BASELINE_S.get(model)
+    passed = verdict(model, seconds)
+    name = f"{best.get('Model_Size')}B"
+    if baseline is not None:
+        title = (f"{name}: {seconds:,.2f} s to report 20M tokens on {_layout(best)}: "
+                 f"{'within' if passed == 'pass' else 'over'} the {baseline:.0f} s baseline")
+        why = WHY_JUBE.format(baseline=baseline)
+    else:
+        title = f"{name}, fastest of {len(pool)} point(s): {seconds:,.2f} s to report 20M tokens on {_layout(best)}"
+        why = WHY_JUBE_NO_BASELINE
+    steady = (results.get((best.get("run"), best.get("point"))) or {}).get("steady") or {}
+    steady_s = steady.get("time_to_report_s")
+    note = ""
+    if steady_s:
+        skipped = steady.get("warmup_excluded", 0)
+        note = (f"Steady state ({skipped} warm-up interval(s) of {steady.get('intervals')} left out): "
+                f"{steady_s:,.2f} s, {100 * (steady_s / seconds - 1):+.1f}% against the quoted figure; it is what "
+                f"this layout sustains once warm, the figure to compare layouts or trainers with.")
+    return Headline(title=title, point=best.get("point"), verdict=passed, why=why, steady_note=note)
