@@ -21,44 +21,13 @@ LAYERS, HIDDEN, HEADS, SEQ, MBS, VOCAB, THREADS = 4, 256, 4, 256, 8, 50304, 2
 
 
 def reference_worker(iters: int, warmup: int) -> None:
-    """A nanoGPT-style model written the plain way: the yardstick, not our code."""
+    """The plain GPT (plain_gpt.py): the yardstick, not our code."""
     import torch
-    import torch.nn.functional as F
-    from torch import nn
+    from plain_gpt import plain_gpt
 
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(HIDDEN), nn.LayerNorm(HIDDEN)
-            self.qkv, self.proj = nn.Linear(HIDDEN, 3 * HIDDEN), nn.Linear(HIDDEN, HIDDEN)
-            self.fc1, self.fc2 = nn.Linear(HIDDEN, 4 * HIDDEN), nn.Linear(4 * HIDDEN, HIDDEN)
-
-        def forward(self, x):
-            b, s, h = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
-            q, k, v = (t.view(b, s, HEADS, h // HEADS).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
-            x = x + self.proj(y)
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = nn.Embedding(VOCAB, HIDDEN), nn.Embedding(SEQ, HIDDEN)
-            self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-            self.ln = nn.LayerNorm(HIDDEN)
-
-        def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-            for block in self.blocks:
-                x = block(x)
-            logits = F.linear(self.ln(x), self.wte.weight)
-            return F.cross_entropy(logits.view(-1, VOCAB), targets.reshape(-1))
-
-    model = GPT()
+    model = plain_gpt(LAYERS, HIDDEN, HEADS, SEQ, VOCAB)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
     times = []
     for i in range(iters):

@@ -277,8 +277,12 @@ def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, 
 @click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="pretty", show_default=True)
 @click.option("--trainers", is_flag=True,
               help="Instead: the built-in trainer beside Megatron-LM on each layout RUN measured with both (ratio).")
+@click.option("--baseline", "baseline_ref", metavar="RUN2", default=None,
+              help="Instead: RUN against an earlier run of the same points: tokens/s ratio with its 95% interval, "
+                   "and what differs (versions, environment, jobscript, nodes) where the change is beyond noise.")
 @click.pass_context
-def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str, fmt: str, trainers: bool) -> None:
+def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str, fmt: str, trainers: bool,
+                   baseline_ref: str | None) -> None:
     """Compare the completed points of RUN with the reference: tokens/s ratio (also per device) and, for
     175B, the verdict against the 560 s baseline."""
     from nlp_bench.analysis.reference import compare, reference_rows
@@ -286,7 +290,21 @@ def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str,
     from nlp_bench.report.compare import render_comparison
     from nlp_bench.workspace import find_run
 
+    if trainers and baseline_ref:
+        raise click.UsageError("--trainers and --baseline: give one")
     run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
+    if baseline_ref:
+        from nlp_bench.analysis.run_diff import compare_runs, point_runs
+        from nlp_bench.report.compare import render_changes
+
+        base = _refreshed(find_run(ctx.obj["results_dir"], baseline_ref))
+        if base.path == run_.path:
+            raise click.UsageError(f"--baseline {baseline_ref} is run {run_.id} itself")
+        changes = compare_runs(point_runs(run_), point_runs(base))
+        if not changes:
+            raise BenchError(f"runs {run_.id} and {base.id} share no point (same model, layout and trainer)")
+        click.echo(render_changes(changes, fmt), nl=False)
+        return
     if trainers:
         from nlp_bench.analysis.side_by_side import COLUMNS, compare_trainers
 
@@ -505,6 +523,64 @@ def rules_check(ctx: click.Context, run_ref: str | None, tag, system, trainer, b
     found = [c.to_dict() for c in checked]
     click.echo(json.dumps(found, indent=2) if as_json else render_rules(found), nl=as_json)
     ctx.exit(0 if all(c.verdict.valid for c in checked) else 1)
+
+
+@cli.group()
+def system() -> None:
+    """System profiles: the site layer in slurm/systems/."""
+
+
+@system.command("detect")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The profile to write, e.g. slurm/systems/NAME.yaml (NAME becomes the profile's name).")
+@click.option("--partition", default=None, help="The partition to profile (default: the cluster's default).")
+@click.option("--account", default=None, help="Write this account into the profile (and use it for --probe).")
+@click.option("--probe", is_flag=True,
+              help="Also run a one-minute job on a node of the partition: the GPUs nvidia-smi sees and the CPUs.")
+@click.option("--force", is_flag=True, help="Replace an existing file.")
+def system_detect(output: Path, partition: str | None, account: str | None, probe: bool, force: bool) -> None:
+    """Write a system profile from the live Slurm (sinfo/scontrol): nodes, GPUs per node from Gres, CPUs,
+    memory, partitions and time limits, the device's peak figures where the GPU is known; what Slurm cannot
+    tell is marked FILL IN."""
+    from nlp_bench.app.site_profile import detect, write_profile
+    from nlp_bench.spec.systems import systems_dir
+
+    if output.exists() and not force:
+        raise click.UsageError(f"{output} exists; pass --force to replace it")
+    text, missing = detect(output.stem, partition, account, probe)
+    write_profile(output, text, force)
+    click.echo(f"wrote {output}")
+    if missing:
+        click.echo(f"fill in: {', '.join(missing)} (marked FILL IN in the file)")
+    if output.resolve().parent != systems_dir().resolve():
+        click.echo(f"`--system {output.stem}` looks in {systems_dir()}/: move the file there to use it")
+    click.echo(f"next: bench doctor --system {output.stem}")
+
+
+@cli.command()
+@click.option("--system", "system_name", default=None, help="System profile (default: the tag's).")
+@click.option("--tag", default="smoke", show_default=True, help="The tag whose data files to check.")
+@click.option("--benchmark", "benchmark_name", default="nlp", show_default=True, help="Benchmark definition.")
+@click.option("--on-node", is_flag=True,
+              help="Also run a one-minute job: the environment and the GPUs as a compute node sees them.")
+@click.pass_context
+def doctor(ctx: click.Context, system_name: str | None, tag: str, benchmark_name: str, on_node: bool) -> None:
+    """Check what a first run on a site needs, one line each: Slurm commands and controller, the profile's
+    partition and account, the Python environment the jobscript activates, the tag's data files, and (with
+    --on-node) a compute node's GPUs. Exit 0 when nothing failed, 1 otherwise."""
+    from nlp_bench.app.doctor import FAIL
+    from nlp_bench.app.doctor import doctor as run_checks
+    from nlp_bench.spec.benchmark import load_benchmark
+
+    point = load_benchmark(benchmark_name).point(tag, system_name)
+    checks = run_checks(point, on_node)
+    width = max(len(c.name) for c in checks)
+    for check in checks:
+        click.echo(f"{check.status:<4}  {check.name:<{width}}  {check.detail}")
+    failed = [c.name for c in checks if c.status == FAIL]
+    click.echo(f"system {point.system.name}: " + (f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed
+                                                 else "ready for a first run"))
+    ctx.exit(1 if failed else 0)
 
 
 @cli.group()

@@ -59,6 +59,12 @@ def megatron_model_flops(shape: Shape) -> float:
 
 
 CONVENTIONS = {JUPITER: jupiter_flops, MEGATRON_MODEL: megatron_model_flops}
+#: each convention as a formula a reader can check (f = 2, or 3 with SwiGLU; c = 24 or 32, k = 3 or 4)
+FORMULAS = {
+    JUPITER: "c*k*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h)) per iteration (JUPITER Megatron patch; k = 4 with recompute)",
+    MEGATRON_MODEL: "6*B*s*(L*(4h^2 + f*h*ffn) + h*V) + 6*B*s^2*h*L per iteration (Megatron-LM model FLOPs, "
+                    "causal attention halved, no recompute term)",
+}
 
 
 def tflops_per_device(flops_per_iteration: float, iteration_time_s: float, devices: int) -> float:

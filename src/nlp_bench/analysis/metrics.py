@@ -27,9 +27,24 @@ class Summary:
     avg_tflops_per_gpu: float | None
     tflops_convention: str
     mfu: float | None
+    #: what the MFU divides: the FLOPs formula and the peak (device, precision, source); or why there is none
+    mfu_basis: dict | None = None
+    mfu_note: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def mfu_basis(system: str, system_info: dict) -> tuple[dict | None, str | None]:
+    """The peak an MFU divides by, named, or why the system gives none: an MFU against a guessed peak (an
+    unknown GPU taken for an A100, a sparse figure taken for a dense one) reads as 100%+ or as half the truth."""
+    peak = system_info.get("peak_tflops")
+    device = system_info.get("device_name") or system_info.get("device") or "?"
+    if not peak:
+        return None, f"no MFU: system profile {system} gives no peak_tflops for its device ({device})"
+    return {"flops": flops.MEGATRON_MODEL, "formula": flops.FORMULAS[flops.MEGATRON_MODEL], "peak_tflops": peak,
+            "device": device, "precision": system_info.get("peak_precision", "bf16"), "dense": True,
+            "source": system_info.get("peak_source") or f"system profile {system} (no source recorded)"}, None
 
 
 def tokens_per_s(global_batch_size: int, seq_length: int, iteration_time_s: float) -> float:
@@ -156,3 +171,28 @@ def steady_summary(records: list[Record], seq_length: int | None,
                              if tokens_spread and tokens_spread["mean"] > 0 else None),
     }
     return views, summary
+
+
+JOULES_PER_KWH = 3.6e6
+
+
+def energy_summary(records: list[Record], seq_length: int, report_tokens: int = flops.REPORT_TOKENS,
+                   why_not: str | None = None) -> dict:
+    """Joules per token over the steady intervals (warm-up excluded, as for the steady tokens/s) and the
+    kWh the report's training would take at that rate; nulls with the reason where the log has no energy."""
+    measured = [r for r in records if r.energy_j is not None and r.global_batch_size]
+    if not measured:
+        return {"joules_per_token": None, "report_kwh": None, "source": None,
+                "reason": why_not or "the log has no energy figures"}
+    rates = [1.0 / r.iteration_time_s for r in records if r.iteration_time_s]
+    skip = warmup_count(rates) if len(rates) == len(records) else 0
+    steady = [r for r in records[skip:] if r.energy_j is not None and r.global_batch_size]
+    previous = {id(b): a.iteration for a, b in zip(records, records[1:], strict=False)}
+    step = records[1].iteration - records[0].iteration if len(records) > 1 else records[0].iteration
+    tokens = sum((r.iteration - previous.get(id(r), r.iteration - step)) * r.global_batch_size * seq_length
+                 for r in steady)
+    joules = sum(r.energy_j for r in steady)
+    per_token = joules / tokens if tokens else None
+    return {"joules_per_token": per_token,
+            "report_kwh": per_token * report_tokens / JOULES_PER_KWH if per_token is not None else None,
+            "source": "NVML, the job's GPUs, steady intervals", "intervals": len(steady), "reason": None}

@@ -63,6 +63,7 @@ class Record(NamedTuple):
     samples_per_s: float | None = None
     tokens_per_s: float | None = None
     tflops_per_gpu: float | None = None
+    energy_j: float | None = None  # joules the job's GPUs used over the interval (this trainer, with NVML)
 
     def to_dict(self) -> dict:
         return self._asdict()
@@ -108,6 +109,7 @@ _KEYS = {
     "tokens per second": ("tokens_per_s", float),
     "TFLOPs": ("tflops_per_gpu", float),
     "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", float),
+    "energy (J)": ("energy_j", float),
 }
 _TIME = {"elapsed time per iteration (s)": 1.0, "elapsed time per iteration (ms)": 1e-3}
 _POSITIVE = {"global_batch_size", "samples_per_s", "tokens_per_s", "tflops_per_gpu"}

@@ -30,7 +30,7 @@ COLUMNS = [
     "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
     "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
     "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "state", "failure_class", "run",
-    "point", "trainer",
+    "point", "trainer", "Joules/token", "Report_kWh",
 ]
 
 
@@ -59,18 +59,47 @@ def analyse_point(point_dir: Path, force: bool = False) -> dict[str, Any] | None
     except parsers.ParseError:
         parsed = parsers.Parsed(None, [])
     records, seq_length = parsed.records, point["model"]["seq_length"]
+    basis, note = metrics.mfu_basis(point["system"], point["system_info"])
     summary = metrics.summarise(records, seq_length, point["layout"]["global_batch_size"],
-                                shape_of(point), point["layout"]["world"], point["system_info"].get("peak_tflops"))
+                                shape_of(point), point["layout"]["world"], basis and basis["peak_tflops"])
+    if summary is not None:
+        summary.mfu_basis, summary.mfu_note = basis, note
     result = {
         "point": point["id"], "format": parsed.format, "analysed": now_iso(),
         # the JUBE-compatible figures (every interval) the table shows, and the steady state beside them
         "summary": summary.to_dict() if summary else None,
         "steady": metrics.steady_summary(records, seq_length)[1] if records else None,
+        "energy": _energy(point, records, text, read_optional(point_dir / STATE_JSON) or {}),
         "provenance": provenance(point_dir, text),
         "records": [r.to_dict() for r in records],
     }
     write_json_atomic(out, result)
     return result
+
+
+_ENERGY_NOTE = re.compile(r"nlp-bench trainer: energy: not measured \((.*)\)")
+
+
+def _energy(point: dict[str, Any], records: list, log_text: str, state: dict[str, Any]) -> dict[str, Any]:
+    """The steady-state energy per token from the trainer's NVML figures; else the whole job's from Slurm's
+    accounting (start-up included, so higher); else nulls and why."""
+    seq_length = point["model"]["seq_length"]
+    note = _ENERGY_NOTE.search(log_text)
+    if point.get("trainer", "builtin") != "builtin":
+        why = f"{point['trainer']}'s log has no energy figures"
+    elif point["system_info"].get("device") != "cuda":
+        why = f"energy is measured on GPUs only (device {point['system_info'].get('device')})"
+    else:
+        why = note.group(1) if note else "the log has no energy figures"
+    found = metrics.energy_summary(records, seq_length, why_not=why)
+    consumed = state.get("consumed_energy_j")
+    if found["joules_per_token"] is None and consumed and records:
+        tokens = records[-1].iteration * point["layout"]["global_batch_size"] * seq_length
+        per_token = consumed / tokens
+        found = {"joules_per_token": per_token, "report_kwh": per_token * flops.REPORT_TOKENS / metrics.JOULES_PER_KWH,
+                 "source": "Slurm accounting (sacct ConsumedEnergy): the whole job, start-up included",
+                 "intervals": None, "reason": None}
+    return found
 
 
 _LIBRARIES = re.compile(r"nlp-bench trainer: torch (\S+?),?(?: \(CUDA (\S+), NCCL ([^)]+)\))?, backend")
@@ -124,6 +153,8 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "Avg_TFLOPs/GPU": summary.get("avg_tflops_per_gpu"), "Tokens/sec": summary.get("tokens_per_s"),
         "time_to_report_in_seconds": summary.get("time_to_report_s"),
         "DP": lay["dp"], "MBS": lay["mbs"], "GAS": lay["gas"], "MFU": summary.get("mfu"),
+        "Joules/token": (result.get("energy") or {}).get("joules_per_token"),
+        "Report_kWh": (result.get("energy") or {}).get("report_kwh"),
         "Predicted_Tokens/sec": predicted,
         "Predicted/Measured": predicted / measured if predicted and measured else None,
         "state": state.get("state", "NOT_SUBMITTED"), "failure_class": state.get("failure_class"),
@@ -151,6 +182,7 @@ def run_results(run: Run) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 #: export reads back into the same DataFrame.
 _INTEGER = {"Nodes", "Batch_Size", "Pipeline_Parallel", "Tensor_Parallel", "Iterations", "DP", "MBS", "GAS"}
 _FLOAT = {"Job_Time", "Model_Size", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds", "MFU",
+          "Joules/token", "Report_kWh",
           "Predicted_Tokens/sec", "Predicted/Measured"}
 DTYPES = {c: "Int64" if c in _INTEGER else "Float64" if c in _FLOAT else "string" for c in COLUMNS}
 

@@ -4,6 +4,8 @@ registry that picks one by name is executors.py, so this module imports neither.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,6 +13,15 @@ from typing import Protocol
 
 from nlp_bench.launch import states
 from nlp_bench.workspace import JOBSCRIPT
+
+
+def job_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a job bench starts begins with: this one (sbatch hands it on), with bench's own
+    bin folder (torchrun, the trainer) first on PATH, so a job finds them even when the profile's set-up
+    lines activate nothing."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
 
 
 class Executor(Protocol):

@@ -8,13 +8,13 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
 from nlp_bench.launch import states
+from nlp_bench.launch.executor import job_environment
 from nlp_bench.launch.outcome import finish
 from nlp_bench.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT, OUTPUTS
 
@@ -61,9 +61,7 @@ class LocalExecutor:
         # every script but the last writes its own output files and stops the chain when it fails
         steps = "".join(f"bash ./{script} >{OUTPUTS[script][0]} 2>{OUTPUTS[script][1]} || exit $?; "
                         for script in first)
-        env = {**os.environ, **slurm_environment(point_dir), "MASTER_PORT": str(_free_port())}
-        # torchrun and the trainer come from the environment bench itself runs in
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env = job_environment({**os.environ, **slurm_environment(point_dir), "MASTER_PORT": str(_free_port())})
         with (point_dir / JOB_OUT).open("wb") as out, (point_dir / JOB_ERR).open("wb") as err:
             # `exec` keeps one process, so the job id (the shell's pid) is also the pid to watch and signal
             proc = subprocess.Popen(

@@ -21,10 +21,10 @@ def output_text(point_dir: Path, tail_bytes: int = 200_000) -> str:
     return "\n".join(parts)
 
 
-def finish(point_dir: Path, state: str, exit_code: int | None) -> dict:
-    """Record a terminal state with its failure class."""
+def finish(point_dir: Path, state: str, exit_code: int | None, **extra) -> dict:
+    """Record a terminal state with its failure class (and what else the scheduler said of the job)."""
     failure, detail = failures.classify(state, exit_code, output_text(point_dir))
     if failure is not None and state == states.COMPLETED:
         state = states.FAILED
     return states.record(point_dir, state, exit_code=exit_code, failure_class=failure, failure_detail=detail,
-                         finished=states.now_iso())
+                         finished=states.now_iso(), **extra)

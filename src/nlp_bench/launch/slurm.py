@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
 from nlp_bench.launch import states
+from nlp_bench.launch.executor import job_environment
 from nlp_bench.launch.outcome import finish
 from nlp_bench.workspace import JOB_OUT, JOBSCRIPT
 
@@ -37,10 +36,8 @@ class SlurmExecutor:
         require("sbatch")
 
     def _sbatch(self, point_dir: Path, script: str, options: list[str]) -> str:
-        # sbatch hands the job this environment: put bench's own (torchrun, the trainer) first on PATH,
-        # so a job finds them even when the profile's set-up lines activate nothing
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        proc = subprocess.run([require("sbatch"), "--parsable", *options, script], cwd=Path(point_dir), env=env,
+        proc = subprocess.run([require("sbatch"), "--parsable", *options, script], cwd=Path(point_dir),
+                              env=job_environment(),
                               capture_output=True, text=True, timeout=60)
         if proc.returncode != 0:
             raise LaunchError(f"sbatch refused {Path(point_dir) / script}: {proc.stderr.strip() or proc.stdout.strip()}")
@@ -71,7 +68,8 @@ class SlurmExecutor:
             return info.get("state", states.UNKNOWN)
         state, exit_code = found
         if state in states.TERMINAL:
-            return finish(point_dir, state, exit_code)["state"]
+            energy = consumed_energy(job_id)
+            return finish(point_dir, state, exit_code, **({"consumed_energy_j": energy} if energy else {}))["state"]
         if state != info.get("state"):
             extra = {"started": states.now_iso()} if state == states.RUNNING else {}
             states.record(point_dir, state, **extra)
@@ -92,6 +90,20 @@ def _sacct(job_id: str) -> tuple[str, int | None] | None:
         return None
     state, _, code = line.partition("|")
     return states.from_slurm(state), int(code.split(":")[0]) if code else None
+
+
+def consumed_energy(job_id: str) -> float | None:
+    """Joules the job's nodes used as Slurm's energy accounting counted them (sacct ConsumedEnergyRaw);
+    None where the site does not collect it (the field is empty or 0)."""
+    if shutil.which("sacct") is None:
+        return None
+    proc = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "ConsumedEnergyRaw"])
+    lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
+    try:
+        joules = float(lines[0]) if lines else 0.0
+    except ValueError:
+        return None
+    return joules if joules > 0 else None
 
 
 def _squeue(job_id: str) -> tuple[str, int | None] | None:

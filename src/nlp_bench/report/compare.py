@@ -30,3 +30,29 @@ def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] =
     shown = [[format_cell(c, r[c]) for c in columns] for r in rows]
     style = "github" if fmt == "md" else "simple"
     return tabulate(shown, headers=columns, tablefmt=style, disable_numparse=True) + "\n"
+
+
+def render_changes(changes: list, fmt: str) -> str:
+    """`compare --baseline`: the ratio per point with its interval, and under each change beyond the noise
+    what differs in its provenance."""
+    if fmt == "json":
+        return json.dumps([c.to_dict() for c in changes], indent=2) + "\n"
+
+    def number(value, digits):
+        return "-" if value is None else f"{value:,.{digits}f}"
+
+    columns = ["point", "Tokens/sec", "baseline Tokens/sec", "ratio", "95% CI", "verdict"]
+    rows = [[c.point, number(c.tokens_per_s, 2), number(c.baseline_tokens_per_s, 2), number(c.ratio, 3),
+             f"{c.ci95[0]:.3f} .. {c.ci95[1]:.3f}" if c.ci95 else "-", c.verdict] for c in changes]
+    if fmt == "csv":
+        import pandas as pd
+
+        return pd.DataFrame(rows, columns=columns).to_csv(index=False)
+    from tabulate import tabulate
+
+    text = tabulate(rows, headers=columns, tablefmt="github" if fmt == "md" else "simple", disable_numparse=True) + "\n"
+    for change in changes:
+        if change.differences:
+            text += f"\n{change.point}: {change.verdict} ({change.ratio:.3f}x); differs from the baseline in:\n"
+            text += "".join(f"  {line}\n" for line in change.differences)
+    return text

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from nlp_bench import __version__
+from nlp_bench import __version__, flops
 from nlp_bench.analysis.reference import compare
 from nlp_bench.analysis.results import COLUMNS
 from nlp_bench.errors import ResultError
@@ -28,6 +28,23 @@ def _breakable(name: str):
     from markupsafe import Markup, escape
 
     return Markup(str(escape(name)).replace("_", "_<wbr>").replace("/", "/<wbr>"))
+
+
+def _bases(results: dict[tuple[str, str], dict]) -> tuple[list[str], list[str]]:
+    """What every MFU in the report divides by (or why a point has none), and where its energy comes from."""
+    mfu, energy = set(), set()
+    for result in results.values():
+        summary = result.get("summary") or {}
+        basis = summary.get("mfu_basis")
+        if basis:
+            mfu.add(f"{basis['device']}: {basis['peak_tflops']} TFLOP/s dense {basis['precision']} per device "
+                    f"({basis['source']})")
+        elif summary.get("mfu_note"):
+            mfu.add(summary["mfu_note"])
+        found = result.get("energy") or {}
+        if found.get("source") or found.get("reason"):
+            energy.add(found.get("source") or f"no energy figure: {found['reason']}")
+    return sorted(mfu), sorted(energy)
 
 
 def _steady_rows(results: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
@@ -69,7 +86,8 @@ def write_report(path: Path, title: str, rows: list[dict[str, Any]], results: di
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["breakable"] = _breakable
     html = env.get_template("report.html.j2").render(
-        title=title, headline=headline(rows, results), generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
+        title=title, headline=headline(rows, results), bases=_bases(results),
+        mfu_formula=flops.FORMULAS[flops.MEGATRON_MODEL], generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
         columns=COLUMNS, rows=[{c: format_cell(c, r.get(c)) for c in COLUMNS} for r in rows], text_columns=_TEXT,
         comparison_columns=comparison_table.COLUMNS,
         comparison=[{c: comparison_table.format_cell(c, r[c]) for c in comparison_table.COLUMNS} for r in comparison],

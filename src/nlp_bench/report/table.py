@@ -19,7 +19,7 @@ from nlp_bench.fsio import write_text_atomic
 FORMATS = ("pretty", "csv", "json", "md")
 #: Digits shown per column; the files keep full precision except where rounding is the published form.
 _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2, "MFU": 4, "Job_Time": 0,
-           "Predicted_Tokens/sec": 2, "Predicted/Measured": 3}
+           "Predicted_Tokens/sec": 2, "Predicted/Measured": 3, "Joules/token": 4, "Report_kWh": 2}
 #: The pretty table's default columns, most wanted first: when the terminal is too narrow for all of them,
 #: the last ones go first. JUBE's core columns lead (what was measured and on which layout, then where and
 #: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one.

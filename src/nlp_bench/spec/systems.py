@@ -18,7 +18,7 @@ _KEYS = {
     "backend", "launcher", "executor", "max_nodes", "sbatch", "env_setup", "env", "master_addr_suffix",
     "master_port", "data_dir", "intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
     "sources", "compile_command", "compile_cache", "compile_iters", "trainer", "megatron_lm_repo", "megatron_lm_env",
-    "megatron_lm_train",
+    "megatron_lm_train", "detected", "peak_precision",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
 
@@ -36,7 +36,8 @@ class System:
     executor: str  # slurm | local
     device_name: str = ""
     device_memory_gib: float | None = None
-    peak_tflops: float | None = None  # dense bf16 per device, for MFU
+    peak_tflops: float | None = None  # dense per device in peak_precision, for MFU
+    peak_precision: str = "bf16"
     # what the planner's time model needs (each figure's source in `sources`)
     intra_node_gbps: float | None = None  # GB/s one device sends to the others of its node (one direction)
     inter_node_gbps: float | None = None  # GB/s one node injects into the network (all its NICs, one direction)
@@ -59,6 +60,20 @@ class System:
     megatron_lm_repo: str = ""  # the checkout holding pretrain_gpt.py; $MEGATRON_LM_REPO overrides it
     megatron_lm_env: dict[str, Any] = field(default_factory=dict)  # added to env for Megatron-LM points
     megatron_lm_train: dict[str, Any] = field(default_factory=dict)  # flags added for Megatron-LM (e.g. transformer-impl)
+    detected: dict[str, Any] = field(default_factory=dict)  # what `bench system detect` read from Slurm (a record)
+
+    @property
+    def peak_source(self) -> str | None:
+        """Where peak_tflops comes from: the profile's own source, else the device table's for the same
+        device and figure; None where neither says."""
+        if self.sources.get("peak_tflops"):
+            return self.sources["peak_tflops"]
+        from nlp_bench.spec.devices import find_device
+
+        device = find_device(self.device_name) if self.device == "cuda" else None
+        if device is not None and self.peak_tflops == device.peak_tflops:
+            return f"{device.source} (device table)"
+        return None
 
     @property
     def partition(self) -> str:
@@ -137,10 +152,12 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         raise SpecError(f"{path}: launcher must be srun or direct, got {data['launcher']!r}")
     if data["executor"] not in ("slurm", "local"):
         raise SpecError(f"{path}: executor must be slurm or local, got {data['executor']!r}")
+    if data.get("peak_precision", "bf16") not in ("bf16", "fp16", "fp32", "fp8"):
+        raise SpecError(f"{path}: peak_precision must be bf16, fp16, fp32 or fp8, got {data['peak_precision']!r}")
     if data["backend"] not in ("nccl", "gloo", "xla"):
         raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
     data.setdefault("description", "")
-    for key in ("sbatch", "env", "sources", "megatron_lm_env", "megatron_lm_train"):
+    for key in ("sbatch", "env", "sources", "megatron_lm_env", "megatron_lm_train", "detected"):
         if not isinstance(data.get(key) or {}, dict):
             raise SpecError(f"{path}: {key} must be a mapping")
     _check_site_values(data, path)

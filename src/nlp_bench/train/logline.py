@@ -11,15 +11,17 @@ import math
 
 def iteration_line(*, iteration: int, total: int, consumed: int, seconds: float, lr: float, global_batch: int,
                    seq_length: int, loss: float, loss_scale: float, grad_norm: float, skipped: int, nan: int,
-                   tflops: float) -> str:
-    """Megatron's fields in Megatron's order, plus tokens per second (Megatron never prints it)."""
+                   tflops: float, energy_j: float | None = None) -> str:
+    """Megatron's fields in Megatron's order, plus tokens per second (Megatron never prints it) and, where
+    the GPUs' energy is measured, the joules the job's GPUs used over the interval."""
+    energy = "" if energy_j is None else f" energy (J): {energy_j:.1f} |"
     return (
         f" iteration {iteration:8d}/{total:8d} | consumed samples: {consumed:12d} |"
         f" elapsed time per iteration (s): {seconds:.4f} | learning rate: {lr:.3E} |"
         f" global batch size: {global_batch:5d} | lm loss: {loss:.6E} | loss scale: {loss_scale:.1f} |"
         f" grad norm: {grad_norm:.3f} | number of skipped iterations: {skipped:3d} |"
         f" number of nan iterations: {nan:3d} | samples per second: {global_batch / seconds:.3f} |"
-        f" tokens per second: {global_batch * seq_length / seconds:.1f} | TFLOPs: {tflops:.2f} |"
+        f" tokens per second: {global_batch * seq_length / seconds:.1f} | TFLOPs: {tflops:.2f} |{energy}"
     )
 
 
@@ -28,9 +30,11 @@ class IntervalLog:
     NaN iterations, and wall time without evaluation or checkpoint saving. `emit` prints the line, and
     writes the TensorBoard scalars, on the last rank. `args` carries Megatron's TensorBoard flags: the
     directory, the writer's queue size and which optional scalars (timers, batch size, validation
-    perplexity) to write."""
+    perplexity) to write. `energy`: whether the ranks measure the GPUs' energy (the same on every rank, as
+    it adds a collective); `meter`: this rank's EnergyMeter (one per node)."""
 
-    def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float, args) -> None:
+    def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float, args,
+                 energy: bool = False, meter=None) -> None:
         import time
 
         self._clock = time.perf_counter
@@ -38,6 +42,7 @@ class IntervalLog:
         self.flops_per_iteration = flops_per_iteration
         self.timers, self.batch_size = args.log_timers_to_tensorboard, args.log_batch_size_to_tensorboard
         self.validation_ppl = args.log_validation_ppl_to_tensorboard
+        self.energy, self.meter = energy, meter
         self.board = None
         if args.tensorboard_dir and groups.rank == groups.world - 1:
             from torch.utils.tensorboard import SummaryWriter
@@ -73,6 +78,7 @@ class IntervalLog:
         seconds = (self._clock() - self.started) / max(self.iterations, 1)
         sums = torch.tensor([self.loss, float(self.counted)], dtype=torch.float64)
         collectives.all_reduce(sums, self.groups.dp_group)
+        energy_j = self._energy() if self.energy else None
         if self.groups.rank == self.groups.world - 1:
             loss = sums[0].item() / max(sums[1].item(), 1.0)
             tflops = flops.tflops_per_device(self.flops_per_iteration, seconds, self.groups.world)
@@ -90,8 +96,21 @@ class IntervalLog:
             print(iteration_line(iteration=iteration, total=total, consumed=iteration * self.global_batch,
                                  seconds=seconds, lr=lr, global_batch=self.global_batch, seq_length=self.seq_length,
                                  loss=loss, loss_scale=loss_scale, grad_norm=grad_norm, skipped=self.skipped,
-                                 nan=self.nan, tflops=tflops), flush=True)
+                                 nan=self.nan, tflops=tflops, energy_j=energy_j), flush=True)
         self._reset()
+
+    def _energy(self) -> float | None:
+        """The joules every node's meter read over this interval, summed; None where no node has NVML."""
+        import torch
+        import torch.distributed as dist
+
+        joules = self.meter.read() if self.meter is not None else None
+        if self.groups.world == 1:
+            return joules
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        total = torch.tensor([joules or 0.0, float(joules is not None)], dtype=torch.float64, device=device)
+        dist.all_reduce(total)
+        return total[0].item() if total[1].item() > 0 else None
 
     def validation(self, iteration: int, loss: float) -> None:
         """The validation loss (and, when asked, its perplexity) under Megatron's TensorBoard tags."""
@@ -105,3 +124,5 @@ class IntervalLog:
     def close(self) -> None:
         if self.board is not None:
             self.board.close()
+        if self.meter is not None:
+            self.meter.close()

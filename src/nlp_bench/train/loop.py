@@ -228,7 +228,13 @@ def train(args: Namespace) -> int:
     start, step = checkpoint.load(args.load, args, groups, model, optimizer, rng) if args.load else (0, 0)
     if start:
         say(groups, f"resumed from {args.load} at iteration {start}")
-    log = IntervalLog(groups, gbs, args.seq_length, flops_per_iter, args)
+    meter = None
+    if device.type == "cuda" and os.environ.get("LOCAL_RANK", "0") == "0":  # one meter per node
+        from nlp_bench.train.energy import EnergyMeter
+
+        meter = EnergyMeter()
+        say(groups, f"energy: {meter.mode or 'not measured'}" + (f" ({meter.reason})" if meter.reason else ""))
+    log = IntervalLog(groups, gbs, args.seq_length, flops_per_iter, args, energy=device.type == "cuda", meter=meter)
     norm, in_flight, iteration = 0.0, 0, start
     evaluated = start // args.eval_interval if valid is not None else 0
     signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None

@@ -1,0 +1,168 @@
+"""`bench doctor`: what a first run on a site needs, checked one line each before a job waits in the queue
+for an hour only to fail in its first second (no sbatch, a misspelt partition, an environment without torch,
+data that is not there, GPUs the job cannot see)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from nlp_bench.launch.slurm_inventory import Inventory, SlurmUnavailable, read_inventory, run_command, run_on_node
+from nlp_bench.spec.benchmark import Point
+from nlp_bench.spec.systems import System
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+#: what the jobscript needs of the environment its set-up lines give it (it starts torchrun from PATH)
+ENV_CHECK = ('command -v torchrun >/dev/null || { echo "torchrun not on PATH"; exit 1; }; '
+             'python3 -c "import nlp_bench, torch; print(\'nlp-bench\', nlp_bench.__version__, \'torch\', torch.__version__)"')
+GPU_CHECK = ('echo "node $(hostname -s)"; '
+             'nvidia-smi -L 2>/dev/null | grep -c "^GPU" | sed "s/^/nvidia-smi GPUs /"; '
+             'python3 -c "import torch; print(\'torch devices\', torch.cuda.device_count())"')
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # OK | WARN | FAIL
+    detail: str
+
+
+def _with_setup(system: System, command: str) -> str:
+    return "; ".join([*system.env_setup, command]) if system.env_setup else command
+
+
+def doctor(point: Point, on_node: bool = False) -> list[Check]:
+    """Every check for the point's system (the tag's files, the profile's Slurm settings); the job on a
+    compute node only when asked (it waits in the queue like any job)."""
+    system = point.system
+    checks: list[Check] = []
+    inventory = _slurm_checks(system, checks) if system.executor == "slurm" else None
+    if inventory is None and system.executor != "slurm":
+        checks.append(Check("scheduler", OK, f"executor {system.executor}: runs on this machine, no Slurm needed"))
+    checks.append(_environment(system))
+    checks += _data_files(point)
+    if on_node:
+        checks.append(_on_node(system, point, inventory))
+    return checks
+
+
+def _slurm_checks(system: System, checks: list[Check]) -> Inventory | None:
+    missing = [tool for tool in ("sbatch", "srun", "scontrol") if shutil.which(tool) is None]
+    if missing:
+        checks.append(Check("slurm commands", FAIL, f"{', '.join(missing)} not on PATH (load the site's Slurm module)"))
+        return None
+    checks.append(Check("slurm commands", OK, f"sbatch, srun and scontrol found ({shutil.which('sbatch')})"))
+    try:
+        inventory = read_inventory()
+    except SlurmUnavailable as exc:
+        checks.append(Check("slurm controller", FAIL, str(exc)))
+        return None
+    checks.append(Check("slurm controller", OK, f"cluster {inventory.cluster or '?'} answers (Slurm {inventory.version})"))
+    name = system.partition
+    partition = inventory.partition(name) if name else inventory.default_partition()
+    if partition is None:
+        known = ", ".join(p.name for p in inventory.partitions) or "none"
+        checks.append(Check("partition", FAIL, f"partition {name!r} of profile {system.name} does not exist "
+                                               f"here; partitions: {known}"))
+        return inventory
+    up = partition.state.upper() == "UP"
+    checks.append(Check("partition", OK if up else FAIL,
+                        f"{partition.name}{'' if name else ' (the default; the profile names none)'}: state "
+                        f"{partition.state}, {partition.total_nodes} nodes, time limit {partition.max_time}"))
+    nodes = inventory.nodes_of(partition.name)
+    if system.max_nodes and system.max_nodes > len(nodes):
+        checks.append(Check("nodes", WARN, f"max_nodes {system.max_nodes} but partition {partition.name} has "
+                                           f"{len(nodes)}"))
+    gpus = _requested_gpus(system)
+    if gpus:
+        fewest = min((n.gpus for n in nodes), default=0)
+        checks.append(Check("gpus per node", OK if fewest >= gpus else FAIL,
+                            f"the profile requests {gpus} per node; the partition's nodes have {fewest} or more"))
+    checks.append(_account(system, partition.allow_accounts))
+    return inventory
+
+
+def _requested_gpus(system: System) -> int:
+    for key in ("gpus-per-node", "gres"):
+        value = str(system.sbatch.get(key, ""))
+        digits = value.rsplit(":", 1)[-1]
+        if digits.isdigit():
+            return int(digits)
+    return 0
+
+
+def _account(system: System, allowed: str) -> Check:
+    account = str(system.sbatch.get("account", "") or "")
+    if not account:
+        return Check("account", OK, "none set: jobs use your default account")
+    if account == "CHANGE_ME":
+        return Check("account", FAIL, f"sbatch.account in {system.name}'s profile is still CHANGE_ME")
+    if allowed not in ("ALL", "") and account not in allowed.split(","):
+        return Check("account", FAIL, f"{account} may not use partition {system.partition} (AllowAccounts={allowed})")
+    if shutil.which("sacctmgr") is None:
+        return Check("account", WARN, f"{account}: cannot check (no sacctmgr here)")
+    proc = run_command(["sacctmgr", "-n", "-P", "show", "account", account, "format=Account"], 30)
+    if proc.returncode != 0:
+        return Check("account", WARN, f"{account}: cannot check (sacctmgr: {proc.stderr.strip()[-120:]})")
+    if account.lower() not in proc.stdout.lower().split():
+        return Check("account", FAIL, f"account {account!r} of profile {system.name} does not exist in Slurm's accounting")
+    return Check("account", OK, f"{account} exists")
+
+
+def _environment(system: System) -> Check:
+    """The profile's set-up lines, then torchrun and an import of nlp_bench and torch, in a fresh shell."""
+    proc = run_command(["bash", "-c", _with_setup(system, ENV_CHECK)], 300)
+    where = "the profile's env_setup" if system.env_setup else "the environment bench hands its jobs"
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    if proc.returncode != 0:
+        return Check("python environment", FAIL, f"{where}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+    return Check("python environment", OK, f"{where}: {lines[-1] if lines else ''}")
+
+
+def _data_files(point: Point) -> list[Check]:
+    """The files the tag's training arguments name, with NLP_BENCH_DATA as the jobscript sets it."""
+    data_dir = os.environ.get("NLP_BENCH_DATA") or os.path.expandvars(os.path.expanduser(point.system.data_dir))
+    flags = point.flags
+    wanted = []
+    for flag in ("vocab-file", "merge-file"):
+        if flags.get(flag):
+            wanted.append((flag, str(flags[flag])))
+    if flags.get("data-path") and not flags.get("mock-data"):
+        prefix = str(flags["data-path"]).split()[-1]
+        wanted += [("data-path", prefix + ".bin"), ("data-path", prefix + ".idx")]
+    if not wanted:
+        return [Check("data files", OK, f"tag {point.tag} uses mock data: no files needed")]
+    checks = []
+    for flag, raw in wanted:
+        path = Path(raw.replace("${NLP_BENCH_DATA}", data_dir).replace("$NLP_BENCH_DATA", data_dir))
+        checks.append(Check(f"data {flag}", OK if path.is_file() else FAIL,
+                            f"{path}" + ("" if path.is_file() else " is missing (bench data preprocess writes it)")))
+    return checks
+
+
+def _on_node(system: System, point: Point, inventory: Inventory | None) -> Check:
+    """A one-minute job: the environment and the devices as a compute node sees them."""
+    if system.executor != "slurm":
+        return Check("compute node", OK, "this machine is the compute node (checked above)")
+    if inventory is None or (system.partition and inventory.partition(system.partition) is None):
+        return Check("compute node", FAIL, "no job started: fix the Slurm checks above first")
+    gpus = _requested_gpus(system)
+    account = str(system.sbatch.get("account", "") or "") or None
+    ok, output = run_on_node(_with_setup(system, GPU_CHECK), system.partition or inventory.default_partition().name,
+                             account, gpus)
+    lines = output.splitlines()
+    if not ok:
+        return Check("compute node", FAIL, f"the one-minute job failed: {lines[-1] if lines else 'no output'}")
+    seen = {key: value for key, _, value in (line.rpartition(" ") for line in lines)}
+    node = next((line.split()[1] for line in lines if line.startswith("node ")), "?")
+    devices = int(seen.get("torch devices", "0") or 0)
+    if system.device == "cuda":
+        status = OK if devices >= system.devices_per_node else FAIL
+        return Check("compute node", status, f"{node}: torch sees {devices} GPU(s), the profile runs "
+                                             f"{system.devices_per_node} ranks per node")
+    return Check("compute node", OK, f"{node}: the environment imports torch; ranks run on CPUs "
+                                     f"({shlex.quote(seen.get('nvidia-smi GPUs', '0'))} GPUs named by nvidia-smi)")
+

@@ -1,0 +1,73 @@
+"""Known accelerators: the figures a system profile needs per device, each with its source.
+
+`bench system detect` fills a new profile from this table when Slurm's Gres type, a node feature or
+nvidia-smi names the device. Peaks are dense (no 2:4 sparsity) BF16 tensor-core figures, the ones an MFU
+divides by; a vendor's headline figure is often the sparse one, twice as large. Where a figure is not in
+the vendor's datasheet it is left out (None) and the profile asks the site to fill it in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device as Slurm schedules it (an MI250X appears as two GPUs, one per graphics compute die)."""
+
+    key: str
+    name: str  # the profile's device_name
+    vendor: str  # nvidia | amd
+    pattern: str  # regular expression over a normalised name (lower case, letters and digits only)
+    peak_tflops: float  # dense BF16 per device
+    memory_gib: float
+    memory_bandwidth_gbps: float
+    intra_node_gbps: float | None  # NVLink/Infinity Fabric, one direction per device; None where not stated
+    source: str
+
+
+DEVICES: tuple[Device, ...] = (
+    Device("gh200", "GH200-96GB", "nvidia", r"gh200", 989, 96, 4000, 450,
+           "NVIDIA GH200 Grace Hopper Superchip datasheet (H100 GPU, 96 GB HBM3 at 4 TB/s; NVLink 4 900 GB/s "
+           "bidirectional); dense BF16 as for H100 SXM"),
+    Device("h200", "H200-SXM-141GB", "nvidia", r"h200", 989, 141, 4800, 450,
+           "NVIDIA H200 Tensor Core GPU datasheet (SXM: 141 GB HBM3e at 4.8 TB/s, BF16 1979 TFLOP/s with "
+           "sparsity, NVLink 900 GB/s bidirectional)"),
+    Device("h100-pcie", "H100-PCIe-80GB", "nvidia", r"h100.*pcie|h100pcie", 756, 80, 2000, None,
+           "NVIDIA H100 Tensor Core GPU datasheet (PCIe: BF16 1513 TFLOP/s with sparsity, 80 GB HBM2e at 2 TB/s)"),
+    Device("h100-nvl", "H100-NVL-94GB", "nvidia", r"h100.*nvl|h100nvl", 835, 94, 3900, None,
+           "NVIDIA H100 Tensor Core GPU datasheet (NVL: BF16 1671 TFLOP/s with sparsity, 94 GB HBM3 at 3.9 TB/s)"),
+    Device("h100", "H100-SXM-80GB", "nvidia", r"h100", 989, 80, 3350, 450,
+           "NVIDIA H100 Tensor Core GPU datasheet (SXM: BF16 1979 TFLOP/s with sparsity, 80 GB HBM3 at "
+           "3.35 TB/s, NVLink 900 GB/s bidirectional)"),
+    Device("a100-80", "A100-SXM4-80GB", "nvidia", r"a100.*80", 312, 80, 2039, 300,
+           "NVIDIA A100 Tensor Core GPU datasheet (80 GB SXM: 2039 GB/s HBM2e; NVLink 600 GB/s bidirectional)"),
+    Device("a100", "A100-SXM4-40GB", "nvidia", r"a100", 312, 40, 1555, 300,
+           "NVIDIA A100 Tensor Core GPU datasheet (40 GB SXM: 1555 GB/s HBM2; NVLink 600 GB/s bidirectional)"),
+    Device("v100", "V100-SXM2-32GB", "nvidia", r"v100", 125, 32, 900, 150,
+           "NVIDIA V100 datasheet (SXM2: 125 TFLOP/s FP16 tensor, no BF16; 900 GB/s HBM2; NVLink 300 GB/s)"),
+    Device("mi300a", "MI300A", "amd", r"mi300a", 980.6, 128, 5300, None,
+           "AMD Instinct MI300A APU datasheet (BF16 980.6 TFLOP/s dense, 128 GB unified HBM3 at 5.3 TB/s)"),
+    Device("mi300x", "MI300X", "amd", r"mi300x?", 1307.4, 192, 5300, None,
+           "AMD Instinct MI300X datasheet (BF16 1307.4 TFLOP/s dense, 192 GB HBM3 at 5.3 TB/s)"),
+    Device("mi250x", "MI250X-GCD", "amd", r"mi250x?", 191.5, 64, 1638, None,
+           "AMD Instinct MI250X datasheet (per module: BF16 383 TFLOP/s, 128 GB HBM2e at 3.2 TB/s; Slurm and "
+           "ROCm count its two dies as two GPUs, so half of each per GPU)"),
+)
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def find_device(*names: str) -> Device | None:
+    """The first known device any of the names (Gres type, node features, nvidia-smi's name) matches."""
+    for name in names:
+        text = normalise(name)
+        if not text:
+            continue
+        for device in DEVICES:
+            if re.search(device.pattern, text):
+                return device
+    return None

@@ -1,0 +1,130 @@
+"""The site layer from a live cluster: `bench system detect` (Slurm's records read, the device table) and
+`bench doctor` (what a first run needs). These run on recorded scontrol output; tests/test_slurm.py runs
+both against the emulated cluster."""
+
+import shutil
+import subprocess
+
+import pytest
+from conftest import ROOT
+
+from nlp_bench.app.doctor import FAIL, OK, doctor
+from nlp_bench.app.site_profile import detect
+from nlp_bench.launch.slurm_inventory import parse_gres, parse_record, read_inventory
+from nlp_bench.spec.devices import find_device
+
+CONFIG = "Configuration data as of 2026-11-23T10:00:00\nClusterName             = booster\nSLURM_VERSION           = 23.02.7\n"
+PARTITIONS = (
+    "PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL Default=YES MaxNodes=UNLIMITED MaxTime=1-00:00:00 "
+    "Nodes=g[01-04] State=UP TotalCPUs=384 TotalNodes=4\n"
+    "PartitionName=cpu AllowGroups=ALL AllowAccounts=ALL Default=NO MaxTime=02:00:00 Nodes=c[01-02] State=UP "
+    "TotalCPUs=256 TotalNodes=2\n")
+
+
+def _node(name: str, gres: str, cpus: int, partitions: str, features: str = "(null)") -> str:
+    return (f"NodeName={name} Arch=x86_64 CoresPerSocket=48 CPUAlloc=0 CPUTot={cpus} AvailableFeatures={features} "
+            f"ActiveFeatures={features} Gres={gres} NodeAddr={name} OS=Linux 5.14.0-362.el9.x86_64 #1 SMP PREEMPT "
+            f"RealMemory=515000 Sockets=2 Boards=1 State=IDLE Partitions={partitions} Reason=cable swap by ops "
+            f"[root@2026-11-01]\n")
+
+
+NODES = "".join([_node(f"g0{i}", "gpu:h100:4(S:0-1)", 96, "gpu") for i in range(1, 5)]
+                + [_node(f"c0{i}", "(null)", 128, "cpu") for i in range(1, 3)])
+
+
+def fake_slurm(argv, timeout):
+    out = {"config": CONFIG, "partition": PARTITIONS, "node": NODES}[argv[2]]
+    return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+@pytest.fixture
+def slurm_tools(monkeypatch):
+    """scontrol and friends 'on PATH' for read_inventory's check, answered by fake_slurm."""
+    monkeypatch.setattr("nlp_bench.launch.slurm_inventory.shutil.which", lambda name: f"/usr/bin/{name}")
+
+
+@pytest.fixture
+def site_root(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "benchmark", root / "benchmark")
+    shutil.copytree(ROOT / "slurm", root / "slurm")
+    monkeypatch.setenv("NLP_BENCH_ROOT", str(root))
+    return root
+
+
+def test_scontrol_records_keep_values_with_spaces():
+    record = parse_record(_node("g01", "gpu:h100:4(S:0-1)", 96, "gpu"))
+    assert record["OS"] == "Linux 5.14.0-362.el9.x86_64 #1 SMP PREEMPT"
+    assert record["Reason"] == "cable swap by ops [root@2026-11-01]" and record["CPUTot"] == "96"
+
+
+@pytest.mark.parametrize("gres,expected", [
+    ("gpu:4", (4, None)), ("gpu:a100:4(S:0-1)", (4, "a100")), ("gpu:h100:8,nic:mlx5:1", (8, "h100")),
+    ("(null)", (0, None)), ("gpu:a100:2(S:0),gpu:a100:2(S:1)", (4, "a100")), ("shard:8", (0, None)),
+])
+def test_gres(gres, expected):
+    assert parse_gres(gres) == expected
+
+
+@pytest.mark.parametrize("names,key", [
+    (("NVIDIA H100 80GB HBM3",), "h100"), (("h100",), "h100"), (("NVIDIA H100 PCIe",), "h100-pcie"),
+    (("NVIDIA GH200 480GB",), "gh200"), (("NVIDIA H200",), "h200"), (("A100-SXM4-40GB",), "a100"),
+    (("NVIDIA A100-SXM4-80GB",), "a100-80"), (("", "amd", "mi250x"), "mi250x"), (("MI300X",), "mi300x"),
+    (("mi300a",), "mi300a"), (("NVIDIA GeForce RTX 4090",), None),
+])
+def test_known_devices(names, key):
+    found = find_device(*names)
+    assert (found.key if found else None) == key
+    if found:
+        assert found.peak_tflops > 0 and found.source
+
+
+def test_detected_gpu_profile_is_filled_from_gres_and_the_device_table(slurm_tools, site_root, bench):
+    from nlp_bench.spec.systems import load_system
+
+    text, missing = detect("booster-h100", inventory=read_inventory(fake_slurm))
+    (site_root / "slurm" / "systems" / "booster-h100.yaml").write_text(text)
+    system = load_system("booster-h100")
+    assert (system.device, system.device_name, system.devices_per_node, system.peak_tflops) == ("cuda", "H100-SXM-80GB", 4, 989)
+    assert system.partition == "gpu" and system.max_nodes == 4 and system.sbatch["gpus-per-node"] == 4
+    assert system.sbatch["cpus-per-task"] == 96 and system.backend == "nccl" and "H100" in system.sources["peak_tflops"]
+    assert system.detected["partitions"]["cpu"]["max_time"] == "02:00:00"
+    assert set(missing) == {"inter_node_gbps", "link_latency_us"} and text.count("FILL IN") >= 2
+    out = bench("run", "--tag", "smoke", "--system", "booster-h100", "--dry-run")
+    assert out.exit_code == 0, out.output
+
+
+def test_detected_cpu_partition_runs_ranks_on_cpus(slurm_tools, site_root):
+    from nlp_bench.spec.systems import load_system
+
+    text, missing = detect("cpu-nodes", partition="cpu", inventory=read_inventory(fake_slurm))
+    (site_root / "slurm" / "systems" / "cpu-nodes.yaml").write_text(text)
+    system = load_system("cpu-nodes")
+    assert (system.device, system.backend, system.devices_per_node, system.env["OMP_NUM_THREADS"]) == ("cpu", "gloo", 2, 64)
+    assert "gpus-per-node" not in system.sbatch and "peak_tflops" in missing
+
+
+def test_detect_names_an_unknown_partition_in_one_line(slurm_tools, monkeypatch, tmp_path, bench):
+    monkeypatch.setattr("nlp_bench.launch.slurm_inventory.run_command", fake_slurm)
+    from click.testing import CliRunner
+
+    from nlp_bench.cli import cli
+
+    out = CliRunner().invoke(cli, ["system", "detect", "--partition", "gpuu", "-o", str(tmp_path / "x.yaml")])
+    assert out.exit_code == 2 and "unknown partition 'gpuu'" in out.stderr and "did you mean 'gpu'" in out.stderr
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_doctor_on_this_machine_passes_and_names_a_missing_data_file(bench, monkeypatch, tmp_path):
+    from nlp_bench.spec.benchmark import load_benchmark
+
+    out = bench("doctor", "--system", "local")
+    assert out.exit_code == 0 and "ready for a first run" in out.output, out.output
+    assert "nlp-bench" in out.output and "torch" in out.output
+    point = load_benchmark().point("13")
+    monkeypatch.setenv("NLP_BENCH_DATA", str(tmp_path))
+    (tmp_path / "gpt2-vocab.json").write_text("{}")
+    checks = {(c.name, c.detail.split("/")[-1].split()[0]): c.status for c in doctor(point) if c.name.startswith("data")}
+    assert checks[("data vocab-file", "gpt2-vocab.json")] == OK
+    assert checks[("data merge-file", "gpt2-merges.txt")] == FAIL
+    assert checks[("data data-path", "oscar_text_document.bin")] == FAIL
