@@ -183,3 +183,43 @@ def test_the_model_shape_has_one_list_of_names():
     assert SHAPE == MODEL == ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
                               "max_position_embeddings")
     assert set(SHAPE) <= {f.name for f in fields(GPTConfig)}
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--profile"], "add --use-pytorch-profiler"),
+    (["--profile", "--use-pytorch-profiler", "--profile-step-start", "3", "--profile-step-end", "3"],
+     "below --profile-step-end"),
+])
+def test_refused_profile_flags(extra, needle):
+    with pytest.raises(UsageError, match=needle):
+        parse_args(BASE + extra)
+
+
+def test_profile_splits_the_step_time_by_category(tmp_path):
+    """Megatron's --profile --use-pytorch-profiler: a trace and the time per category of the profiled steps."""
+    import json
+
+    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *BASE, "--train-iters", "5",
+                           "--distributed-backend", "gloo", "--log-interval", "1",
+                           "--eval-iters", "0", "--profile", "--use-pytorch-profiler", "--profile-step-start", "2",
+                           "--profile-step-end", "4", "--tensorboard-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "profile of iterations 2-3 (self CPU time per operator)" in proc.stdout
+    summary = json.loads((tmp_path / "profile_rank0.json").read_text())
+    shares = {name: value["share"] for name, value in summary["categories"].items()}
+    assert summary["steps"] == 2 and "gemm" in shares and "optimizer" in shares
+    assert 0.2 < sum(shares.values()) <= 1.0 + 1e-9 and shares["gemm"] > 0
+    assert json.loads((tmp_path / "trace_rank0.json").read_text())["traceEvents"]
+
+
+@pytest.mark.parametrize("name,label", [
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", "gemm"), ("aten::addmm", "gemm"),
+    ("flash_fwd_kernel", "attention"), ("triton_layer_norm_fwd", "norm/elementwise"),
+    ("multi_tensor_apply_kernel", "optimizer"), ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "communication"),
+    ("cross_entropy_fwd_kernel", "loss"), ("cudaStreamSynchronize", "other"),
+])
+def test_profile_categories(name, label):
+    from nlp_bench.train.profiling import category
+
+    assert category(name) == label

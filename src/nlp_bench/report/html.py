@@ -43,7 +43,7 @@ def _bases(results: dict[tuple[str, str], dict]) -> tuple[list[str], list[str]]:
             mfu.add(summary["mfu_note"])
         found = result.get("energy") or {}
         if found.get("source") or found.get("reason"):
-            energy.add(found.get("source") or f"no energy figure: {found['reason']}")
+            energy.add(found.get("source") or f"none ({found['reason']})")
     return sorted(mfu), sorted(energy)
 
 

@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--log-timers-to-tensorboard", action="store_true", help="also write the iteration time")
     a("--log-batch-size-to-tensorboard", action="store_true", help="also write the global batch size")
     a("--log-validation-ppl-to-tensorboard", action="store_true", help="also write the validation perplexity")
+    a("--profile", action="store_true", help="profile iterations --profile-step-start..--profile-step-end - 1")
+    a("--use-pytorch-profiler", action="store_true", help="with --profile: the torch profiler (the only one here)")
+    a("--profile-step-start", type=int, default=10)
+    a("--profile-step-end", type=int, default=12)
+    a("--profile-ranks", type=int, nargs="+", default=[0])
     a("--save", default=None)
     a("--load", default=None)
     a("--save-interval", type=int, default=None)
@@ -136,6 +141,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UsageError("--data-path takes one dataset prefix (weighted blends are not implemented)")
     if args.save_interval is not None and not args.save:
         raise UsageError("--save-interval needs --save DIR")
+    if args.profile and not args.use_pytorch_profiler:
+        raise UsageError("--profile without --use-pytorch-profiler means an nsys capture range, which this trainer "
+                         "does not open; add --use-pytorch-profiler (or run it under nsys without --profile)")
+    if args.profile and not 0 < args.profile_step_start < args.profile_step_end:
+        raise UsageError("--profile-step-start must be at least 1 and below --profile-step-end")
     if args.tensorboard_queue_size < 1:
         raise UsageError("--tensorboard-queue-size must be at least 1")
     if args.bf16 and args.fp16:

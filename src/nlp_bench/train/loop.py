@@ -27,6 +27,7 @@ from nlp_bench.train.lr_schedule import from_args
 from nlp_bench.train.model import GPTConfig, GPTStage, ModelChunks
 from nlp_bench.train.optimizer import FlatAdam, LossScaler
 from nlp_bench.train.process_groups import ProcessGroups, build_process_groups
+from nlp_bench.train.profiling import StepProfiler
 from nlp_bench.train.rng import ParallelRNG
 from nlp_bench.train.xla import STAND_IN, XlaRuntime
 
@@ -238,9 +239,11 @@ def train(args: Namespace) -> int:
     norm, in_flight, iteration = 0.0, 0, start
     evaluated = start // args.eval_interval if valid is not None else 0
     signals = SignalFlag([signal.SIGTERM, signal.SIGUSR2]) if args.exit_signal_handler else None
+    profiler = StepProfiler(args, groups.rank, device.type, lambda text: print(f"nlp-bench trainer: {text}", flush=True))
     t_start = time.perf_counter()
     model.train()
     for iteration in range(start + 1, iterations + 1):
+        profiler.before(iteration)
         lr = schedule.at(step)
         optimizer.zero_grad()
         first = (iteration - 1) * gbs + groups.dp_rank * gas * mbs
@@ -257,6 +260,7 @@ def train(args: Namespace) -> int:
             step += gbs if in_samples else 1
             norm = step_norm
         log.add(stats.losses, skipped)
+        profiler.after(iteration)
         if iteration % args.log_interval == 0 or iteration == iterations:
             if device.type == "cuda":
                 torch.cuda.synchronize()

@@ -1,0 +1,100 @@
+"""Megatron's `--profile --use-pytorch-profiler`: the torch profiler over iterations
+[--profile-step-start, --profile-step-end) on the ranks of --profile-ranks, a Chrome trace in the TensorBoard
+folder (or ./profile), and the time by category that decides what to optimise next.
+
+Categories come from kernel and operator names (device time on a GPU, self CPU time on a CPU): GEMM,
+attention, norms and element-wise, loss (cross-entropy), optimizer, communication, other; on a GPU the
+host gap is the step's wall time the device was idle (launch overhead, synchronisation, Python).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+CATEGORIES = (
+    ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|broadcast|gloo|send|recv|c10d"),
+    ("optimizer", r"adam|multi_tensor|foreach|_fused_adam|optimizer"),
+    ("attention", r"flash|attention|attn|fmha|sdpa|softmax"),
+    ("loss", r"cross_entropy|nll_loss|log_softmax|logsumexp"),
+    ("gemm", r"gemm|matmul|\bmm\b|aten::mm|addmm|bmm|linear|cutlass|xmma|nvjet|sm\d+_.*(?:tn|nt|nn)"),
+    ("norm/elementwise", r"norm|gelu|swiglu|silu|elementwise|vectorized|add|mul|copy|fill|triton|cat|where|"
+                         r"dropout|embedding|index|sum|mean|div|sub|pow|rsqrt|exp|tanh"),
+)
+
+
+def category(name: str) -> str:
+    low = name.lower()
+    for label, pattern in CATEGORIES:
+        if re.search(pattern, low):
+            return label
+    return "other"
+
+
+class StepProfiler:
+    """Starts the profiler before iteration `start`, stops it after iteration `end - 1`, then writes the
+    trace and the summary. Inactive (no cost) on ranks not profiled or without --profile."""
+
+    def __init__(self, args, rank: int, device_type: str, say) -> None:
+        self.active = bool(getattr(args, "profile", False)) and rank in (args.profile_ranks or [0])
+        self.start, self.end = args.profile_step_start, args.profile_step_end
+        self.folder = Path(args.tensorboard_dir or "profile")
+        self.device_type, self.say, self.rank = device_type, say, rank
+        self._profiler, self._t0 = None, 0.0
+
+    def before(self, iteration: int) -> None:
+        if not self.active or iteration != self.start:
+            return
+        import torch
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device_type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._profiler = torch.profiler.profile(activities=activities, record_shapes=False)
+        self._profiler.__enter__()
+        self._t0 = time.perf_counter()
+
+    def after(self, iteration: int) -> None:
+        if self._profiler is None or iteration != self.end - 1:
+            return
+        if self.device_type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - self._t0
+        self._profiler.__exit__(None, None, None)
+        steps = self.end - self.start
+        summary = summarise(self._profiler.key_averages(), wall, steps, self.device_type)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        trace = self.folder / f"trace_rank{self.rank}.json"
+        self._profiler.export_chrome_trace(str(trace))
+        (self.folder / f"profile_rank{self.rank}.json").write_text(json.dumps(summary, indent=2))
+        shares = ", ".join(f"{k} {v['share']:.1%}" for k, v in summary["categories"].items())
+        self.say(f"profile of iterations {self.start}-{self.end - 1} ({summary['basis']}): {shares}; trace {trace}")
+        self._profiler = None
+
+
+def summarise(events, wall_s: float, steps: int, device_type: str) -> dict:
+    """Time per category per step (ms) and its share of the step's wall time; `events` are the profiler's
+    key averages. On a GPU device time is counted and the rest of the wall time is the host gap."""
+    on_device = device_type == "cuda"
+    totals: dict[str, float] = {}
+    for event in events:
+        micros = getattr(event, "self_device_time_total", None) if on_device else event.self_cpu_time_total
+        if on_device and micros is None:
+            micros = getattr(event, "self_cuda_time_total", 0.0)
+        if not micros or micros <= 0:
+            continue
+        label = category(event.key)
+        totals[label] = totals.get(label, 0.0) + micros / 1e6
+    wall = max(wall_s, sum(totals.values())) if not on_device else wall_s
+    if on_device:
+        totals["host gap"] = max(0.0, wall - sum(totals.values()))
+    ordered = dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+    return {
+        "basis": "device time per kernel, host gap = wall - device" if on_device else "self CPU time per operator",
+        "steps": steps, "wall_ms_per_step": 1e3 * wall / steps,
+        "categories": {k: {"ms_per_step": 1e3 * v / steps, "share": v / wall if wall else 0.0} for k, v in ordered.items()},
+    }
