@@ -277,3 +277,17 @@ def test_pretty_table_wide_and_chosen_columns(bench, results, tmp_path, monkeypa
     for args, needle in ((["--columns", "Tokens/secc"], "did you mean"), (["--wide", "--columns", "Nodes"], "give one")):
         out = CliRunner().invoke(cli, ["--results-dir", str(results), "result", "table", *args])
         assert out.exit_code == 2 and needle in out.stderr, out.output
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_status_fits_the_terminal_one_line_per_point(bench, results, tmp_path, monkeypatch, width):
+    _fake_sweep(bench, results, tmp_path)
+    folder = sorted((results / "nlp").glob("*/gpt-13b_n8_tp2_pp4*"))[0]
+    states.record(folder, states.FAILED, failure_class="python_exception", failure_detail="ValueError: " + "x" * 300)
+    monkeypatch.setenv("COLUMNS", str(width))
+    out = bench("status").output
+    assert max(len(line) for line in out.splitlines()) <= width, out
+    rows = _table_rows(out)
+    assert len(rows) == 8 and sum("COMPLETED" in r for r in rows) == 7 and sum("FAILED" in r for r in rows) == 1
+    if width < 120:
+        assert "left out for the width:" in out

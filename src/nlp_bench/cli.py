@@ -175,17 +175,20 @@ def status(ctx: click.Context, run_ref: str | None, watch: bool, interval: float
 
     from nlp_bench.launch import states
     from nlp_bench.report.status import point_status, status_table
+    from nlp_bench.report.table import terminal_width
     from nlp_bench.workspace import find_run
 
     run_ = find_run(ctx.obj["results_dir"], run_ref)
 
+    width = terminal_width()
+
     def snapshot():
         _refreshed(run_)
         rows = [point_status(p) for p in run_.point_dirs()]
-        return rows, status_table(rows, f"run {run_.id}")
+        return rows, status_table(rows, f"run {run_.id}", width)
 
     rows, table = snapshot()
-    console = Console(width=max(120, Console().width))
+    console = Console(width=width or 10_000)
     if not watch:
         console.print(table)
         return

@@ -43,13 +43,36 @@ def point_status(point_dir: Path) -> dict[str, Any]:
     }
 
 
-def status_table(rows: list[dict[str, Any]], title: str):
+#: the columns kept first when the terminal is narrow
+_PRIORITY = ("point", "state", "iteration", "tokens/s", "ETA", "elapsed", "job", "failure")
+
+
+def status_table(rows: list[dict[str, Any]], title: str, width: int | None = None):
+    """One line per point. With a `width`, the columns that fit it whole, by _PRIORITY (the failure takes what
+    is left, cut with an ellipsis: state.json and `bench result table --wide` keep it whole); the caption
+    names the columns left out."""
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold")
-    for column in COLUMNS:
-        table.add_column(column, overflow="fold")
+    from nlp_bench.report.table import CELL_EXTRA, EDGE
+
+    whole = {c: max([len(c), *(len(str(row[c])) for row in rows)]) for c in COLUMNS}
+    kept, used = [], EDGE
+    for column in _PRIORITY:
+        need = (7 if column == "failure" else whole[column]) + CELL_EXTRA
+        if width is None or used + need <= width:
+            kept.append(column)
+            used += need
+    left_out = [c for c in COLUMNS if c not in kept and (c != "failure" or any(row[c] for row in rows))]
+    table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold",
+                  caption=f"left out for the width: {', '.join(left_out)}" if left_out else None)
+    shown = [c for c in COLUMNS if c in kept]
+    for column in shown:
+        if column == "failure":  # what the other columns leave, so that rich has nothing to squeeze
+            room = whole[column] if width is None else max(7, width - (used - 7 - CELL_EXTRA) - CELL_EXTRA)
+            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=min(room, whole[column]))
+        else:
+            table.add_column(column, no_wrap=True, min_width=whole[column])
     for row in rows:
-        table.add_row(*(str(row[c]) for c in COLUMNS))
+        table.add_row(*(str(row[c]) for c in shown))
     return table

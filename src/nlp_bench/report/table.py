@@ -29,7 +29,7 @@ PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Toke
 _PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
 #: what rich's SIMPLE_HEAD box adds around n columns of content: one space of padding on each side of every
 #: cell and an edge of one character between and around them (measured: n columns take sum(widths) + 3n + 1)
-_CELL_EXTRA, _EDGE = 3, 1
+CELL_EXTRA, EDGE = 3, 1
 
 
 def format_cell(column: str, value: Any) -> str:
@@ -92,9 +92,9 @@ def fit_columns(rows: list[dict[str, Any]], width: int | None) -> Layout:
     left gives way to narrower ones after it), shown in the published order."""
     predicted = any(row.get(_PREDICTED[0]) is not None for row in rows)
     wanted = [c for c in PRIORITY if predicted or c not in _PREDICTED]
-    kept, used = [], _EDGE
+    kept, used = [], EDGE
     for column in wanted:
-        need = _content_width(rows, column) + _CELL_EXTRA
+        need = _content_width(rows, column) + CELL_EXTRA
         if width is None or used + need <= width or not kept:
             kept.append(column)
             used += need
