@@ -128,3 +128,33 @@ def test_doctor_on_this_machine_passes_and_names_a_missing_data_file(bench, monk
     assert checks[("data vocab-file", "gpt2-vocab.json")] == OK
     assert checks[("data merge-file", "gpt2-merges.txt")] == FAIL
     assert checks[("data data-path", "oscar_text_document.bin")] == FAIL
+
+
+def test_probe_names_the_gpu_and_an_unseen_gpu_means_cpu_ranks(slurm_tools, site_root, monkeypatch):
+    """--probe: nvidia-smi's name picks the device (Gres here names no type); where nvidia-smi sees no GPU
+    on a node whose Gres lists some, the ranks run on its CPUs and the GPUs are still requested."""
+    from nlp_bench.app import site_profile
+    from nlp_bench.spec.systems import load_system
+
+    untyped = NODES.replace("gpu:h100:4(S:0-1)", "gpu:4")
+
+    def slurm(argv, timeout):
+        out = {"config": CONFIG, "partition": PARTITIONS, "node": untyped}[argv[2]]
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    seen = "node g01\ncpus 96\n" + "gpu NVIDIA H100 80GB HBM3, 81559\n" * 4
+    monkeypatch.setattr(site_profile, "run_on_node", lambda *a, **k: (True, seen))
+    text, _ = detect("probed", probe=True, inventory=read_inventory(slurm))
+    (site_root / "slurm" / "systems" / "probed.yaml").write_text(text)
+    system = load_system("probed")
+    assert (system.device, system.device_name, system.peak_tflops) == ("cuda", "H100-SXM-80GB", 989)
+    assert "named by nvidia-smi" in text and system.detected["probe"]["gpus"][0]["memory_gib"] == 79.6
+    monkeypatch.setattr(site_profile, "run_on_node", lambda *a, **k: (True, "node g01\ncpus 96\n"))
+    text, missing = detect("blind", probe=True, inventory=read_inventory(slurm))
+    (site_root / "slurm" / "systems" / "blind.yaml").write_text(text)
+    system = load_system("blind")
+    assert (system.device, system.backend, system.devices_per_node) == ("cpu", "gloo", 4)
+    assert system.sbatch["gpus-per-node"] == 4 and "found none" in text and "peak_tflops" in missing
+    monkeypatch.setattr(site_profile, "run_on_node", lambda *a, **k: (False, "srun: error: Unable to allocate"))
+    with pytest.raises(Exception, match="probe job on partition gpu failed: srun: error: Unable to allocate"):
+        detect("failed", probe=True, inventory=read_inventory(slurm))

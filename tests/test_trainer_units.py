@@ -223,3 +223,25 @@ def test_profile_categories(name, label):
     from nlp_bench.train.profiling import category
 
     assert category(name) == label
+
+
+def test_nccl_runs_keep_a_cpu_backend_for_the_scalar_collectives(monkeypatch):
+    """The interval loss sums, inf checks and validation loss are CPU tensors: under NCCL alone their first
+    all-reduce over dp, tp or pp > 1 fails ("No backend type associated with device type cpu"); the trainer
+    asks for gloo beside NCCL so they go over gloo."""
+    import torch
+    import torch.distributed as dist
+
+    from nlp_bench.train import loop
+
+    seen = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend: seen.setdefault("backend", backend))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    device = loop.init_distributed("nccl")
+    assert device == torch.device("cuda", 1)
+    assert set(seen["backend"].split(",")) == {"cpu:gloo", "cuda:nccl"}
+    seen.clear()
+    assert loop.init_distributed("gloo") == torch.device("cpu") and seen["backend"] == "gloo"

@@ -107,8 +107,7 @@ class IntervalLog:
         joules = self.meter.read() if self.meter is not None else None
         if self.groups.world == 1:
             return joules
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-        total = torch.tensor([joules or 0.0, float(joules is not None)], dtype=torch.float64, device=device)
+        total = torch.tensor([joules or 0.0, float(joules is not None)], dtype=torch.float64)
         dist.all_reduce(total)
         return total[0].item() if total[1].item() > 0 else None
 

@@ -70,6 +70,10 @@ def init_distributed(backend: str, xla: XlaRuntime | None = None) -> torch.devic
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
+        # GPU tensors go over NCCL, the few CPU scalars (interval loss sums, inf checks, validation loss) over
+        # gloo: a group made for "nccl" alone refuses a CPU tensor ("No backend type associated with device
+        # type cpu") the first time dp, tp or pp is above 1
+        backend = "cpu:gloo,cuda:nccl"
     else:
         device = torch.device("cpu")
     dist.init_process_group(backend=backend)
