@@ -551,7 +551,7 @@ def system_detect(output: Path, partition: str | None, account: str | None, prob
     if output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to replace it")
     text, missing = detect(output.stem, partition, account, probe)
-    write_profile(output, text, force)
+    write_profile(output, text)
     click.echo(f"wrote {output}")
     if missing:
         click.echo(f"fill in: {', '.join(missing)} (marked FILL IN in the file)")

@@ -5,7 +5,6 @@ data that is not there, GPUs the job cannot see)."""
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,5 +163,5 @@ def _on_node(system: System, point: Point, inventory: Inventory | None) -> Check
         return Check("compute node", status, f"{node}: torch sees {devices} GPU(s), the profile runs "
                                              f"{system.devices_per_node} ranks per node")
     return Check("compute node", OK, f"{node}: the environment imports torch; ranks run on CPUs "
-                                     f"({shlex.quote(seen.get('nvidia-smi GPUs', '0'))} GPUs named by nvidia-smi)")
+                                     f"({seen.get('nvidia-smi GPUs', '0')} GPUs named by nvidia-smi)")
 

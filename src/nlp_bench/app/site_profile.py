@@ -215,8 +215,6 @@ def _detected(inventory: Inventory, partition: str, nodes: list[SlurmNode], typi
     return found
 
 
-def write_profile(path: Path, text: str, force: bool = False) -> None:
-    if path.exists() and not force:
-        raise SpecError(f"{path} exists; pass --force to replace it")
+def write_profile(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, text)
