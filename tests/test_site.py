@@ -158,3 +158,13 @@ def test_probe_names_the_gpu_and_an_unseen_gpu_means_cpu_ranks(slurm_tools, site
     monkeypatch.setattr(site_profile, "run_on_node", lambda *a, **k: (False, "srun: error: Unable to allocate"))
     with pytest.raises(Exception, match="probe job on partition gpu failed: srun: error: Unable to allocate"):
         detect("failed", probe=True, inventory=read_inventory(slurm))
+
+
+def test_doctor_checks_the_megatron_lm_checkout_for_that_trainer(bench, monkeypatch):
+    monkeypatch.delenv("MEGATRON_LM_REPO", raising=False)
+    out = bench("doctor", "--system", "local", "--trainer", "megatron-lm")
+    assert out.exit_code == 1 and "FAIL  megatron-lm" in out.output and "MEGATRON_LM_REPO" in out.output
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(ROOT / "tests" / "fixtures" / "megatron_lm"))
+    out = bench("doctor", "--system", "local", "--trainer", "megatron-lm")
+    assert out.exit_code == 0 and "pretrain_gpt.py" in out.output, out.output
+    assert "megatron-lm" not in bench("doctor", "--system", "local").output  # the built-in trainer needs none

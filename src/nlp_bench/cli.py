@@ -564,10 +564,13 @@ def system_detect(output: Path, partition: str | None, account: str | None, prob
 @click.option("--system", "system_name", default=None, help="System profile (default: the tag's).")
 @click.option("--tag", default="smoke", show_default=True, help="The tag whose data files to check.")
 @click.option("--benchmark", "benchmark_name", default="nlp", show_default=True, help="Benchmark definition.")
+@click.option("--trainer", type=click.Choice(["builtin", "megatron-lm"]), default=None,
+              help="The trainer to check for (megatron-lm: its checkout too); default: the tag's, else the system's.")
 @click.option("--on-node", is_flag=True,
               help="Also run a one-minute job: the environment and the GPUs as a compute node sees them.")
 @click.pass_context
-def doctor(ctx: click.Context, system_name: str | None, tag: str, benchmark_name: str, on_node: bool) -> None:
+def doctor(ctx: click.Context, system_name: str | None, tag: str, benchmark_name: str, trainer: str | None,
+           on_node: bool) -> None:
     """Check what a first run on a site needs, one line each: Slurm commands and controller, the profile's
     partition and account, the Python environment the jobscript activates, the tag's data files, and (with
     --on-node) a compute node's GPUs. Exit 0 when nothing failed, 1 otherwise."""
@@ -575,7 +578,7 @@ def doctor(ctx: click.Context, system_name: str | None, tag: str, benchmark_name
     from nlp_bench.app.doctor import doctor as run_checks
     from nlp_bench.spec.benchmark import load_benchmark
 
-    point = load_benchmark(benchmark_name).point(tag, system_name)
+    point = load_benchmark(benchmark_name).point(tag, system_name, trainer=trainer)
     checks = run_checks(point, on_node)
     width = max(len(c.name) for c in checks)
     for check in checks:

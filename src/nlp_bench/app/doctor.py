@@ -9,9 +9,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from nlp_bench.errors import SpecError
 from nlp_bench.launch.slurm_inventory import Inventory, SlurmUnavailable, read_inventory, run_command, run_on_node
 from nlp_bench.spec.benchmark import Point
 from nlp_bench.spec.systems import System
+from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 #: what the jobscript needs of the environment its set-up lines give it (it starts torchrun from PATH)
@@ -42,6 +44,8 @@ def doctor(point: Point, on_node: bool = False) -> list[Check]:
     if inventory is None and system.executor != "slurm":
         checks.append(Check("scheduler", OK, f"executor {system.executor}: runs on this machine, no Slurm needed"))
     checks.append(_environment(system))
+    if point.trainer == MEGATRON_LM:
+        checks.append(_megatron(system))
     checks += _data_files(point)
     if on_node:
         checks.append(_on_node(system, point, inventory))
@@ -119,6 +123,15 @@ def _environment(system: System) -> Check:
     if proc.returncode != 0:
         return Check("python environment", FAIL, f"{where}: {lines[-1] if lines else f'exit {proc.returncode}'}")
     return Check("python environment", OK, f"{where}: {lines[-1] if lines else ''}")
+
+
+def _megatron(system: System) -> Check:
+    """--trainer megatron-lm: the checkout the jobscript will run."""
+    try:
+        repo = megatron_checkout(system.megatron_lm_repo, system.name)
+    except SpecError as exc:
+        return Check("megatron-lm", FAIL, str(exc))
+    return Check("megatron-lm", OK, f"{repo / 'pretrain_gpt.py'}")
 
 
 def _data_files(point: Point) -> list[Check]:
