@@ -249,11 +249,11 @@ def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, 
     or file) and names the ones it left out."""
     from nlp_bench.analysis.results import run_rows
     from nlp_bench.report.table import render, resolve_columns, select, terminal_width
+    from nlp_bench.workspace import find_run, list_runs
 
     if wide and column_names:
         raise click.UsageError("--wide and --columns: give one")
     columns = resolve_columns(column_names) if column_names else None
-    from nlp_bench.workspace import find_run, list_runs
 
     rows = []
     if reference:

@@ -186,12 +186,13 @@ def energy_summary(records: list[Record], seq_length: int, report_tokens: int = 
                 "reason": why_not or "the log has no energy figures"}
     rates = [1.0 / r.iteration_time_s for r in records if r.iteration_time_s]
     skip = warmup_count(rates) if len(rates) == len(records) else 0
-    steady = [r for r in records[skip:] if r.energy_j is not None and r.global_batch_size]
-    previous = {id(b): a.iteration for a, b in zip(records, records[1:], strict=False)}
-    step = records[1].iteration - records[0].iteration if len(records) > 1 else records[0].iteration
-    tokens = sum((r.iteration - previous.get(id(r), r.iteration - step)) * r.global_batch_size * seq_length
-                 for r in steady)
-    joules = sum(r.energy_j for r in steady)
+    # iterations per interval: since the previous record (the first one: as many as the second interval had)
+    spans = [b.iteration - a.iteration for a, b in zip(records, records[1:], strict=False)]
+    spans = [spans[0] if spans else records[0].iteration, *spans]
+    steady = [(r, span) for r, span in zip(records[skip:], spans[skip:], strict=True)
+              if r.energy_j is not None and r.global_batch_size]
+    tokens = sum(span * r.global_batch_size * seq_length for r, span in steady)
+    joules = sum(r.energy_j for r, _ in steady)
     per_token = joules / tokens if tokens else None
     return {"joules_per_token": per_token,
             "report_kwh": per_token * report_tokens / JOULES_PER_KWH if per_token is not None else None,

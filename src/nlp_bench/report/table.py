@@ -74,7 +74,7 @@ def resolve_columns(names: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Layout:
+class ColumnChoice:
     """The columns a pretty table shows, and the default ones it left out for the width."""
 
     shown: list[str]
@@ -87,7 +87,7 @@ def _content_width(rows: list[dict[str, Any]], column: str) -> int:
     return max([*(len(w) for w in column.split("_")), *(len(format_cell(column, row.get(column))) for row in rows)])
 
 
-def fit_columns(rows: list[dict[str, Any]], width: int | None) -> Layout:
+def fit_columns(rows: list[dict[str, Any]], width: int | None) -> ColumnChoice:
     """The default columns that fit `width` (None: no limit), kept by PRIORITY (a column too wide for what is
     left gives way to narrower ones after it), shown in the published order."""
     predicted = any(row.get(_PREDICTED[0]) is not None for row in rows)
@@ -98,7 +98,7 @@ def fit_columns(rows: list[dict[str, Any]], width: int | None) -> Layout:
         if width is None or used + need <= width or not kept:
             kept.append(column)
             used += need
-    return Layout([c for c in COLUMNS if c in kept], [c for c in COLUMNS if c not in kept])
+    return ColumnChoice([c for c in COLUMNS if c in kept], [c for c in COLUMNS if c not in kept])
 
 
 def pretty(rows: list[dict[str, Any]], columns: list[str], width: int | None = None) -> str:
@@ -132,12 +132,12 @@ def render(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = Non
     every column unless `columns` picks some."""
     if fmt == "pretty":
         if columns is not None or wide:  # asked for: shown whole, however wide
-            layout, width = Layout(columns or list(COLUMNS), []), None
+            choice, width = ColumnChoice(columns or list(COLUMNS), []), None
         else:
-            layout = fit_columns(rows, width)
-        text = pretty(rows, layout.shown, width)
-        if layout.left_out:
-            note = f"left out: {', '.join(layout.left_out)} (--wide: every column; --columns A,B: these)"
+            choice = fit_columns(rows, width)
+        text = pretty(rows, choice.shown, width)
+        if choice.left_out:
+            note = f"left out: {', '.join(choice.left_out)} (--wide: every column; --columns A,B: these)"
             text += "\n".join(textwrap.wrap(note, width or 100_000)) + "\n"
         return text
     frame = rows_frame(rows)
