@@ -62,8 +62,9 @@ def test_leave_one_out_errors(trust, rows):
     errors = [abs(c.error) for c in trust.checked]
     assert trust.median_abs_error == statistics.median(errors)
     assert trust.median_abs_error <= 0.05
-    # the issue's goal is 15%; the JUPITER 13B row misses by 17.6% (closing note of issue 16)
-    assert trust.max_abs_error <= 0.18
+    # issue 16's goals: median within 5%, every row within 15% (17.6% on the JUPITER 13B row before JUWELS
+    # Booster's switchless NVLink mesh gave its tp=2 pairs 100 GB/s instead of 300)
+    assert trust.max_abs_error <= 0.15
     assert trust.error_low < 0 < trust.error_high
 
 
@@ -127,3 +128,61 @@ def test_overlap_hides_only_what_the_backward_covers():
     assert hidden.dp_exposed_s < plain.dp_exposed_s
     assert hidden.dp_exposed_s >= plain.dp_s - plain.compute_s - 1e-12
     assert hidden.iteration_s == pytest.approx(plain.iteration_s - (plain.dp_exposed_s - hidden.dp_exposed_s))
+
+
+def test_a_switchless_node_gives_a_small_group_only_its_direct_links():
+    """JUWELS Booster's four A100s are wired to each other, four NVLinks per pair, with no NVSwitch: a
+    tp=2 pair shares 100 GB/s per direction, a group of all four 300; Selene's NVSwitch gives any group 300."""
+    m = get_model("gpt-13b")
+    booster, selene = load_system("juwels-booster"), load_system("selene")
+    vocab = pad_vocab(m.vocab_size, 2)
+    pair = timing.work(m, vocab, Candidate(8, 4, 2, 4, 1, 256), booster)
+    assert pair.tp_bandwidth == pytest.approx(100e9)
+    assert timing.work(m, vocab, Candidate(8, 4, 4, 1, 1, 256), booster).tp_bandwidth == pytest.approx(300e9)
+    assert timing.work(m, vocab, Candidate(4, 8, 2, 4, 1, 256), selene).tp_bandwidth == pytest.approx(300e9)
+    # pipeline neighbours inside one node send over their direct link
+    assert timing.work(m, vocab, Candidate(1, 4, 2, 2, 1, 8), booster).p2p_bandwidth == pytest.approx(100e9)
+    # a data-parallel group inside one node reaches its members over (k - 1) links
+    assert timing.work(m, vocab, Candidate(1, 4, 1, 1, 1, 8), booster).dp_bandwidth == pytest.approx(300e9)
+    assert timing.work(m, vocab, Candidate(1, 4, 2, 1, 1, 8), booster).dp_bandwidth == pytest.approx(100e9)
+    switched = timing.work(m, vocab, Candidate(8, 4, 2, 4, 1, 256), replace(booster, intra_node_pair_gbps=None))
+    eff = timing.Efficiency()
+    assert timing.timed(pair, eff).tp_s > 2.5 * timing.timed(switched, eff).tp_s
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A copy of slurm/ and the reference results, used through NLP_BENCH_ROOT."""
+    import shutil
+
+    from nlp_bench.paths import project_root
+
+    root = tmp_path / "root"
+    for part in ("benchmark", "slurm"):
+        shutil.copytree(project_root() / part, root / part)
+    shutil.copytree(project_root() / "results" / "reference", root / "results" / "reference")
+    monkeypatch.setenv("NLP_BENCH_ROOT", str(root))
+    return root
+
+
+def test_the_kept_validation_is_redone_when_a_system_profile_changes(site):
+    from nlp_bench.plan.corpus import corpus_path
+
+    before = validation._digest(corpus_path())
+    profile = site / "slurm" / "systems" / "juwels-booster.yaml"
+    profile.write_text(profile.read_text().replace("intra_node_pair_gbps: 100", "intra_node_pair_gbps: 90"))
+    assert validation._digest(corpus_path()) != before
+
+
+@pytest.mark.parametrize("value", [-100, 0, "fast", True])
+def test_a_profile_figure_must_be_a_positive_number(site, value):
+    import yaml
+
+    from nlp_bench.errors import SpecError
+
+    profile = site / "slurm" / "systems" / "juwels-booster.yaml"
+    data = yaml.safe_load(profile.read_text())
+    data["intra_node_pair_gbps"] = value
+    profile.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match="intra_node_pair_gbps must be a positive number"):
+        load_system("juwels-booster")

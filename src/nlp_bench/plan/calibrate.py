@@ -4,7 +4,8 @@ Least squares on log(predicted / measured tokens/s), so a 5% miss weighs the sam
 With at most four smooth parameters a coarse grid finds the basin and a shrinking pattern search
 polishes it: no solver library needed, and the search stays inside stated bounds. The efficiencies are
 physical fractions, bounded by 1; a fit that ends on that bound wanted more, and says which term of the
-time model it cannot explain (the rows were faster than that term allows).
+time model it cannot explain (the rows were faster than that term allows). A GEMM half size on its lower
+bound says the rows gave no evidence that narrower GEMMs run slower.
 
 The corpus fit (plan.validation) fits all four constants on published measurements; a system's own
 calibration (`bench plan --calibrate`) starts from it and refits as many efficiencies as its runs can
@@ -31,6 +32,9 @@ UNEXPLAINED = {
                "model's overlap allows",
     "memory": "element-wise work and the optimizer step: the rows moved their bytes faster than device memory allows",
 }
+#: What it means when the GEMM curve's half size ends on its lower bound.
+FLAT_GEMMS = ("these rows show no loss for narrower GEMMs (the narrower ran no slower per FLOP), so the curve is flat: "
+              "one GEMM efficiency for every size")
 SYSTEM_FREE = ("gemm", "gemm_half", "network", "memory")  # refitted on a system's own runs, in this order
 
 
@@ -88,6 +92,8 @@ def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], lab
     errors = [p / m - 1 for p, m in zip(predict(eff), measured, strict=True)]
     pinned = [f"{key} = 1: {UNEXPLAINED[key]}" for key in free
               if key in UNEXPLAINED and getattr(eff, key) >= BOUNDS[key][1] * (1 - 1e-6)]
+    if "gemm_half" in free and eff.gemm_half <= BOUNDS["gemm_half"][0] * (1 + 1e-6):
+        pinned.append(f"gemm_half = {BOUNDS['gemm_half'][0]:g}: {FLAT_GEMMS}")
     return Fit(eff, math.sqrt(value / len(measured)), max(abs(e) for e in errors), labels, pinned, tuple(free))
 
 

@@ -20,9 +20,13 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         the column-parallel layers' gradient reduction runs behind the weight-gradient GEMM, as Megatron's
         asynchronous tensor-parallel all-reduce does without sequence parallelism too). An all-gather +
         reduce-scatter pair moves the bytes of one all-reduce. Over NVLink, or over the node's network
-        cards when tp spans nodes (a ring crosses each node once, on all its cards).
+        cards when tp spans nodes (a ring crosses each node once, on all its cards). Where no switch joins
+        a node's devices (JUWELS Booster's and JUPITER's four GPUs are wired to each other directly), a
+        group of k of them has only the k - 1 direct links to its own members: (k - 1) · the pair
+        bandwidth, at most the device's whole NVLink bandwidth.
     t_p2p = 2 sends of the mbs·s·h/tp activations each device passes to the next stage (sequence
-        parallelism, or the scatter/gather optimisation of Narayanan et al. 2021, splits them over tp).
+        parallelism, or the scatter/gather optimisation of Narayanan et al. 2021, splits them over tp),
+        over one direct link inside a node.
 
 Per iteration (1F1B: the bubble is (pp-1)/vp micro-batch slots; interleaving multiplies the sends):
 
@@ -139,9 +143,17 @@ class Work:
     memory_bandwidth: float  # bytes/s
 
 
+def _within_node(system: System, devices: int) -> float:
+    """Bytes/s each of a group of `devices` devices of one node sends to the others of the group."""
+    whole = system.intra_node_gbps * 1e9
+    if system.intra_node_pair_gbps is None:
+        return whole
+    return min(whole, max(1, devices - 1) * system.intra_node_pair_gbps * 1e9)
+
+
 def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, swiglu: bool = False) -> Work:
     check_plannable(system)
-    intra, inter = system.intra_node_gbps * 1e9, system.inter_node_gbps * 1e9  # inter: a node's cards together
+    inter = system.inter_node_gbps * 1e9  # a node's cards together
     dpn = c.devices_per_node
     act = 4 if c.precision == "fp32" else 2
     grad = 2 if c.precision == "fp16" else 4
@@ -167,12 +179,12 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, swig
     return Work(
         flops=per_micro_batch, side=min(h / c.tp, c.mbs * s), elementwise_bytes=elementwise,
         tp_bytes=layers * collectives * tp_fraction * c.mbs * s * h * act, tp_steps=int(layers * collectives * tp_steps),
-        tp_bandwidth=intra if c.tp <= dpn else inter,
+        tp_bandwidth=_within_node(system, c.tp) if c.tp <= dpn else inter,
         p2p_bytes=c.mbs * s * h * act / c.tp if c.pp > 1 else 0.0,
-        p2p_bandwidth=intra if c.tp * c.pp <= dpn else inter / min(dpn, c.tp),
+        p2p_bandwidth=_within_node(system, 2) if c.tp * c.pp <= dpn else inter / min(dpn, c.tp),
         reduce_bytes=reduce_fraction * params * grad, reduce_steps=reduce_steps,
         gather_bytes=gather_fraction * params * act, gather_steps=gather_steps,
-        dp_bandwidth=intra if c.world <= dpn else inter / dpn,
+        dp_bandwidth=_within_node(system, c.dp) if c.world <= dpn else inter / dpn,
         # gradient read; fp32 master and two moments read and written; the 16-bit weights written
         optimizer_bytes=shard * (4 + 4 * 2 + 4 * 2 + 4 * 2) + params * act,
         slots=c.gas + (c.pp - 1) / c.vp, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,

@@ -2,8 +2,8 @@
 leave-one-out on rows it was not fitted on, and the ranges the corpus covers.
 
 Leave-one-out refits the model once per row, which takes seconds; the result depends only on the corpus
-file and the model's code, so it is kept (results/plan/corpus-validation.json, keyed by a digest of
-both) and recomputed only when either changes.
+file, the system profiles and the model's code, so it is kept (results/plan/corpus-validation.json, keyed
+by a digest of them) and recomputed only when one changes.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from nlp_bench.fsio import write_json_atomic
 from nlp_bench.plan import calibrate, memory, timing
 from nlp_bench.plan.corpus import CorpusRow, Ranges, corpus_path, load_corpus, ranges
 from nlp_bench.spec.models import pad_vocab
+from nlp_bench.spec.systems import systems_dir
 
 #: An interval spans the leave-one-out errors from the first to the last of this many quantiles
 #: (20: the 5th to the 95th percentile).
@@ -104,10 +105,13 @@ def leave_one_out(rows: list[CorpusRow], progress: Callable[[int, int], None] | 
 
 
 def _digest(path: Path) -> str:
-    """The corpus and the code whose change would change the validation."""
+    """The corpus, the system profiles its rows name and the code: a change to any would change the
+    validation (every profile is read: cheaper than parsing the corpus to pick its few)."""
     h = hashlib.sha256(path.read_bytes())
     for module in (timing, memory, calibrate):
         h.update(Path(module.__file__).read_bytes())
+    for profile in sorted(systems_dir().glob("*.yaml")):
+        h.update(profile.name.encode() + b"\0" + profile.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -77,7 +77,7 @@ def render_calibration(fits: dict) -> str:
                    f"{', '.join(result.free)} on {len(checks)} point(s), the rest from the corpus fit; "
                    f"rms log error {result.rms_log_error:.4f}, largest error {100 * result.max_error:.1f}%\n")
         for line in result.pinned:
-            out.append(f"  the fit wants more than an efficiency of 1: {line}\n")
+            out.append(f"  the fit ended on a bound: {line}\n")
         rows = [[label, f"{pred:,.0f}", f"{meas:,.0f}", f"{100 * (pred / meas - 1):+.1f}%"] for label, pred, meas in checks]
         out.append(tabulate(rows, headers=["point", "predicted tokens/s", "measured", "error"], disable_numparse=True)
                    + "\n")
@@ -98,5 +98,5 @@ def render_validation(found: dict) -> str:
     out.append(f"fit on all rows: GEMM efficiency {eff['gemm']:.3f} (half size {eff['gemm_half']:.0f}), "
                f"network {eff['network']:.3f}, memory {eff['memory']:.3f}\n")
     for line in found["pinned"]:
-        out.append(f"the fit wants more than an efficiency of 1: {line}\n")
+        out.append(f"the fit ended on a bound: {line}\n")
     return "".join(out)

@@ -16,7 +16,7 @@ from nlp_bench.spec.yamlio import check_keys, load_yaml
 _KEYS = {
     "name", "description", "device", "device_name", "devices_per_node", "device_memory_gib", "peak_tflops",
     "backend", "launcher", "executor", "max_nodes", "sbatch", "env_setup", "env", "master_addr_suffix",
-    "master_port", "data_dir", "intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
+    "master_port", "data_dir", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
     "sources", "compile_command", "compile_cache", "compile_iters", "trainer", "megatron_lm_repo", "megatron_lm_env",
     "megatron_lm_train", "detected", "peak_precision",
 }
@@ -40,6 +40,10 @@ class System:
     peak_precision: str = "bf16"
     # what the planner's time model needs (each figure's source in `sources`)
     intra_node_gbps: float | None = None  # GB/s one device sends to the others of its node (one direction)
+    # GB/s between two devices wired directly to each other (one direction), where no switch joins the node's
+    # devices (a 4-GPU NVLink mesh): a group of k of them reaches (k - 1) times it; unset: every group reaches
+    # intra_node_gbps, as through NVSwitch
+    intra_node_pair_gbps: float | None = None
     inter_node_gbps: float | None = None  # GB/s one node injects into the network (all its NICs, one direction)
     memory_bandwidth_gbps: float | None = None  # device memory, GB/s
     link_latency_us: float | None = None  # per collective step across nodes
@@ -156,6 +160,12 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         raise SpecError(f"{path}: peak_precision must be bf16, fp16, fp32 or fp8, got {data['peak_precision']!r}")
     if data["backend"] not in ("nccl", "gloo", "xla"):
         raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
+    for key in ("peak_tflops", "device_memory_gib", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps",
+                "memory_bandwidth_gbps", "link_latency_us"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+                                  or (value == 0 and key != "link_latency_us")):
+            raise SpecError(f"{path}: {key} must be a positive number, got {value!r}")
     data.setdefault("description", "")
     for key in ("sbatch", "env", "sources", "megatron_lm_env", "megatron_lm_train", "detected"):
         if not isinstance(data.get(key) or {}, dict):
