@@ -49,7 +49,7 @@ class Fit:
     rms_log_error: float  # root mean square of log(pred/measured)
     max_error: float  # largest |pred/measured - 1|
     points: list[str]
-    pinned: list[str]  # the efficiencies that ended on their bound of 1, each with the term it cannot explain
+    pinned: list[str]  # constants that ended on a bound: an efficiency at 1 (the term it cannot explain), a flat GEMM curve
     free: tuple[str, ...] = tuple(BOUNDS)  # the constants fitted; the others were kept
 
     def to_dict(self) -> dict:
