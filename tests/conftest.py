@@ -1,8 +1,9 @@
-"""Shared fixtures: the repository root, a CLI runner, and a throw-away results folder."""
+"""Shared fixtures: the repository root, a CLI runner, a throw-away results folder, an editable site copy."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,17 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the project's site layer (benchmark/, slurm/, the reference results) that a test may edit,
+    used through NLP_BENCH_ROOT."""
+    root = tmp_path / "root"
+    for part in ("benchmark", "slurm", "results/reference"):
+        shutil.copytree(ROOT / part, root / part)
+    monkeypatch.setenv("NLP_BENCH_ROOT", str(root))
+    return root
 
 
 @pytest.fixture

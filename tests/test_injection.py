@@ -1,27 +1,15 @@
 """Values reach the jobscript only as text: no value can run a command when the script runs."""
 
 import os
-import shutil
 import subprocess
 
 import pytest
 import yaml
-from conftest import ROOT
 
 from nlp_bench.errors import SpecError
 
 PAYLOADS = ["$(touch PWNED1)", "`touch PWNED2`", "x; touch PWNED3", "x\ntouch PWNED4", "x' ; touch PWNED5 ; '",
             'x" ; touch PWNED6 ; "', "${IFS}$(touch PWNED7)", "x|touch PWNED8", "x && touch PWNED9"]
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    """A copy of benchmark/ and slurm/ that the test may poison, used through NLP_BENCH_ROOT."""
-    root = tmp_path / "root"
-    for part in ("benchmark", "slurm"):
-        shutil.copytree(ROOT / part, root / part)
-    monkeypatch.setenv("NLP_BENCH_ROOT", str(root))
-    return root
 
 
 def _poison_benchmark(root, train=None, sbatch=None, tag="smoke"):

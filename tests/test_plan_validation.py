@@ -150,21 +150,6 @@ def test_a_switchless_node_gives_a_small_group_only_its_direct_links():
     assert timing.timed(pair, eff).tp_s > 2.5 * timing.timed(switched, eff).tp_s
 
 
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    """A copy of slurm/ and the reference results, used through NLP_BENCH_ROOT."""
-    import shutil
-
-    from nlp_bench.paths import project_root
-
-    root = tmp_path / "root"
-    for part in ("benchmark", "slurm"):
-        shutil.copytree(project_root() / part, root / part)
-    shutil.copytree(project_root() / "results" / "reference", root / "results" / "reference")
-    monkeypatch.setenv("NLP_BENCH_ROOT", str(root))
-    return root
-
-
 def test_the_kept_validation_is_redone_when_a_system_profile_changes(site):
     from nlp_bench.plan.corpus import corpus_path
 

@@ -2,7 +2,6 @@
 `bench doctor` (what a first run needs). These run on recorded scontrol output; tests/test_slurm.py runs
 both against the emulated cluster."""
 
-import shutil
 import subprocess
 
 import pytest
@@ -43,15 +42,6 @@ def slurm_tools(monkeypatch):
     monkeypatch.setattr("nlp_bench.launch.slurm_inventory.shutil.which", lambda name: f"/usr/bin/{name}")
 
 
-@pytest.fixture
-def site_root(tmp_path, monkeypatch):
-    root = tmp_path / "root"
-    shutil.copytree(ROOT / "benchmark", root / "benchmark")
-    shutil.copytree(ROOT / "slurm", root / "slurm")
-    monkeypatch.setenv("NLP_BENCH_ROOT", str(root))
-    return root
-
-
 def test_scontrol_records_keep_values_with_spaces():
     record = parse_record(_node("g01", "gpu:h100:4(S:0-1)", 96, "gpu"))
     assert record["OS"] == "Linux 5.14.0-362.el9.x86_64 #1 SMP PREEMPT"
@@ -79,11 +69,11 @@ def test_known_devices(names, key):
         assert found.peak_tflops > 0 and found.source
 
 
-def test_detected_gpu_profile_is_filled_from_gres_and_the_device_table(slurm_tools, site_root, bench):
+def test_detected_gpu_profile_is_filled_from_gres_and_the_device_table(slurm_tools, site, bench):
     from nlp_bench.spec.systems import load_system
 
     text, missing = detect("booster-h100", inventory=read_inventory(fake_slurm))
-    (site_root / "slurm" / "systems" / "booster-h100.yaml").write_text(text)
+    (site / "slurm" / "systems" / "booster-h100.yaml").write_text(text)
     system = load_system("booster-h100")
     assert (system.device, system.device_name, system.devices_per_node, system.peak_tflops) == ("cuda", "H100-SXM-80GB", 4, 989)
     assert system.partition == "gpu" and system.max_nodes == 4 and system.sbatch["gpus-per-node"] == 4
@@ -94,11 +84,11 @@ def test_detected_gpu_profile_is_filled_from_gres_and_the_device_table(slurm_too
     assert out.exit_code == 0, out.output
 
 
-def test_detected_cpu_partition_runs_ranks_on_cpus(slurm_tools, site_root):
+def test_detected_cpu_partition_runs_ranks_on_cpus(slurm_tools, site):
     from nlp_bench.spec.systems import load_system
 
     text, missing = detect("cpu-nodes", partition="cpu", inventory=read_inventory(fake_slurm))
-    (site_root / "slurm" / "systems" / "cpu-nodes.yaml").write_text(text)
+    (site / "slurm" / "systems" / "cpu-nodes.yaml").write_text(text)
     system = load_system("cpu-nodes")
     assert (system.device, system.backend, system.devices_per_node, system.env["OMP_NUM_THREADS"]) == ("cpu", "gloo", 2, 64)
     assert "gpus-per-node" not in system.sbatch and "peak_tflops" in missing
@@ -130,7 +120,7 @@ def test_doctor_on_this_machine_passes_and_names_a_missing_data_file(bench, monk
     assert checks[("data data-path", "oscar_text_document.bin")] == FAIL
 
 
-def test_probe_names_the_gpu_and_an_unseen_gpu_means_cpu_ranks(slurm_tools, site_root, monkeypatch):
+def test_probe_names_the_gpu_and_an_unseen_gpu_means_cpu_ranks(slurm_tools, site, monkeypatch):
     """--probe: nvidia-smi's name picks the device (Gres here names no type); where nvidia-smi sees no GPU
     on a node whose Gres lists some, the ranks run on its CPUs and the GPUs are still requested."""
     from nlp_bench.app import site_profile
@@ -145,13 +135,13 @@ def test_probe_names_the_gpu_and_an_unseen_gpu_means_cpu_ranks(slurm_tools, site
     seen = "node g01\ncpus 96\n" + "gpu NVIDIA H100 80GB HBM3, 81559\n" * 4
     monkeypatch.setattr(site_profile, "run_on_node", lambda *a, **k: (True, seen))
     text, _ = detect("probed", probe=True, inventory=read_inventory(slurm))
-    (site_root / "slurm" / "systems" / "probed.yaml").write_text(text)
+    (site / "slurm" / "systems" / "probed.yaml").write_text(text)
     system = load_system("probed")
     assert (system.device, system.device_name, system.peak_tflops) == ("cuda", "H100-SXM-80GB", 989)
     assert "named by nvidia-smi" in text and system.detected["probe"]["gpus"][0]["memory_gib"] == 79.6
     monkeypatch.setattr(site_profile, "run_on_node", lambda *a, **k: (True, "node g01\ncpus 96\n"))
     text, missing = detect("blind", probe=True, inventory=read_inventory(slurm))
-    (site_root / "slurm" / "systems" / "blind.yaml").write_text(text)
+    (site / "slurm" / "systems" / "blind.yaml").write_text(text)
     system = load_system("blind")
     assert (system.device, system.backend, system.devices_per_node) == ("cpu", "gloo", 4)
     assert system.sbatch["gpus-per-node"] == 4 and "found none" in text and "peak_tflops" in missing
