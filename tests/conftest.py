@@ -62,3 +62,21 @@ def slurm_cluster():
     node = slurm_lab.start()
     yield node
     slurm_lab.stop()
+
+
+def record_job(folder: Path, state: str, executor: str = "slurm", **fields):
+    """Record a job's state as its executor would (for tests that fake a job's life): a first call begins
+    the point's attempt, later ones update it."""
+    from nlp_bench.store.point_folder import PointDir
+
+    point = PointDir(folder)
+    if point.attempt() is None:
+        return point.begin_attempt(executor, state=state, **fields)
+    return point.update(state, **fields)
+
+
+def job(folder: Path):
+    """The point's current attempt (its job's state, ids, exit code, failure), as recorded."""
+    from nlp_bench.store.point_folder import PointDir
+
+    return PointDir(folder).attempt()

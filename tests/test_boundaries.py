@@ -9,23 +9,23 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "src" / "nlp_bench"
 
 # a part of nlp_bench (a subpackage or a top-level module) -> the parts it must never import
-_ABOVE_THE_WORKSPACE = {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data",
-                        "kernels", "api"}
+_ABOVE_THE_STORE = {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data",
+                    "kernels", "api"}
 FORBIDDEN = {
-    "workspace": _ABOVE_THE_WORKSPACE,
-    "flops": _ABOVE_THE_WORKSPACE | {"workspace"},
-    "spec": {"sweep", "launch", "train", "analysis", "report", "cli", "app", "data", "plan", "workspace"},
-    "data": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "workspace"},
+    "store": _ABOVE_THE_STORE,
+    "flops": _ABOVE_THE_STORE | {"store"},
+    "spec": {"sweep", "launch", "train", "analysis", "report", "cli", "app", "data", "plan", "store"},
+    "data": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "store"},
     "sweep": {"launch", "train", "analysis", "report", "cli", "app", "plan"},
     "launch": {"train", "analysis", "report", "cli", "app", "plan"},
-    "train": {"sweep", "launch", "analysis", "report", "cli", "app", "plan", "workspace"},
+    "train": {"sweep", "launch", "analysis", "report", "cli", "app", "plan", "store"},
     "analysis": {"launch", "train", "report", "cli", "app", "plan"},
     "report": {"launch", "train", "cli", "app"},
-    "plan": {"sweep", "launch", "train", "analysis", "report", "cli", "app", "data", "kernels", "workspace"},
-    "kernels": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data", "workspace"},
+    "plan": {"sweep", "launch", "train", "analysis", "report", "cli", "app", "data", "kernels", "store"},
+    "kernels": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data", "store"},
     "app": {"cli", "train"},
 }
-TORCH_FREE = ("workspace", "spec", "sweep", "launch", "analysis", "report", "data", "plan", "app")
+TORCH_FREE = ("store", "spec", "sweep", "launch", "analysis", "report", "data", "plan", "app")
 
 
 def _modules() -> dict[str, Path]:
@@ -129,3 +129,35 @@ def test_no_two_modules_share_a_name():
     a sweep grid)."""
     names = [m.rsplit(".", 1)[-1] for m, p in MODULES.items() if p.stem not in ("__init__", "__main__")]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+#: the run store's records: only nlp_bench.store opens them
+_RECORDS = ("run.json", "point.json", "state.json", "result.json", "prediction.json")
+_RECORD_CONSTANTS = {"RUN_JSON", "POINT_JSON", "STATE_JSON", "RESULT_JSON", "PREDICTION_JSON", "RECORDS"}
+
+
+def record_uses(path: Path) -> list[str]:
+    """Where a module names a store record as a path: a string that is the file name (or ends in /name, as in
+    an f-string's path), or an import of the store's constant for it. Messages that mention a record in
+    prose ("figures come from result.json") are not paths and do not count."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if any(node.value == name or node.value.endswith("/" + name) for name in _RECORDS):
+                found.append(f"line {node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nlp_bench"):
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name in _RECORD_CONSTANTS]
+    return found
+
+
+def test_record_uses_are_found(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('from nlp_bench.store.names import STATE_JSON\nopen(folder / "point.json")\n'
+                      'path = f"{run}/result.json"\nsay("figures come from result.json")\n')
+    assert sorted(record_uses(module)) == ["line 1: imports STATE_JSON", "line 2: 'point.json'", "line 3: '/result.json'"]
+
+
+def test_only_the_store_opens_its_records():
+    outside = {str(p.relative_to(PKG)): record_uses(p) for m, p in MODULES.items()
+               if not m.startswith("nlp_bench.store")}
+    assert {k: v for k, v in outside.items() if v} == {}

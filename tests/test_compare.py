@@ -4,10 +4,10 @@ import json
 import shutil
 
 import pytest
-from conftest import DATA
+from conftest import DATA, record_job
 
 from nlp_bench.analysis.reference import compare, reference_rows, verdict
-from nlp_bench.launch import states
+from nlp_bench.store import states
 
 
 def test_reference_rows_compare_to_themselves_and_175b_passes():
@@ -29,7 +29,7 @@ def _completed_175b(bench, results):
     assert bench("run", "--tag", "175", "--dry-run").exit_code == 0
     folder = next(results.glob("nlp/*/*/"))
     (folder / "job.out").write_text((DATA / "seed003_verification.log").read_text())
-    states.record(folder, states.COMPLETED, executor="slurm", job_id="1", exit_code=0)
+    record_job(folder, states.COMPLETED, job_id="1", exit_code=0)
     return folder
 
 
@@ -67,7 +67,7 @@ def test_exports_read_back_into_equal_frames(bench, results, tmp_path, fmt):
 
     from nlp_bench.analysis.results import rows_frame, run_rows
     from nlp_bench.report.table import read_export
-    from nlp_bench.workspace import find_run
+    from nlp_bench.store.runs import find_run
 
     _completed_175b(bench, results)
     assert bench("run", "--tag", "13", "--dry-run").exit_code == 0
@@ -106,7 +106,7 @@ def _fake_sweep(bench, results, tmp_path):
                  f"{base * (1.5 if i == 1 else 1.0):.4f} | global batch size: {lay['global_batch_size']:5d} | "
                  f"lm loss: 8.0E+00 |" for i in range(1, 7)]
         (folder / "job.out").write_text("\n".join(lines) + "\n")
-        states.record(folder, states.COMPLETED, executor="slurm", job_id="1", exit_code=0)
+        record_job(folder, states.COMPLETED, job_id="1", exit_code=0)
 
 
 def test_plots_for_a_sweep(bench, results, tmp_path):
@@ -283,7 +283,7 @@ def test_pretty_table_wide_and_chosen_columns(bench, results, tmp_path, monkeypa
 def test_status_fits_the_terminal_one_line_per_point(bench, results, tmp_path, monkeypatch, width):
     _fake_sweep(bench, results, tmp_path)
     folder = sorted((results / "nlp").glob("*/gpt-13b_n8_tp2_pp4*"))[0]
-    states.record(folder, states.FAILED, failure_class="python_exception", failure_detail="ValueError: " + "x" * 300)
+    record_job(folder, states.FAILED, failure_class="python_exception", failure_detail="ValueError: " + "x" * 300)
     monkeypatch.setenv("COLUMNS", str(width))
     out = bench("status").output
     assert max(len(line) for line in out.splitlines()) <= width, out

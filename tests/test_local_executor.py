@@ -3,9 +3,11 @@
 import os
 import time
 
-from nlp_bench.launch import states
+from conftest import job
+
 from nlp_bench.launch.executor import wait
 from nlp_bench.launch.local import LocalExecutor
+from nlp_bench.store import states
 
 
 def _point(tmp_path, body: str):
@@ -26,9 +28,9 @@ def test_runs_with_slurm_variables_and_captures_output(tmp_path):
     out = (folder / "job.out").read_text()
     assert f"job={job_id} nodes=1 node=0 port=" in out
     assert (folder / "job.err").read_text() == "oops\n"
-    info = states.load(folder)
-    assert info["executor"] == "local" and info["exit_code"] == 0 and info["failure_class"] is None
-    assert [h["state"] for h in info["history"]] == ["RUNNING", "COMPLETED"]
+    info = job(folder)
+    assert info.executor == "local" and info.exit_code == 0 and info.failure_class is None
+    assert [h["state"] for h in info.history] == ["SUBMITTING", "RUNNING", "COMPLETED"]
 
 
 def test_failure_is_classified(tmp_path):
@@ -36,9 +38,9 @@ def test_failure_is_classified(tmp_path):
     ex = LocalExecutor()
     ex.submit(folder)
     assert wait(ex, folder, interval_s=0.05) == states.FAILED
-    info = states.load(folder)
-    assert info["exit_code"] == 3
-    assert (info["failure_class"], info["failure_detail"]) == ("python_exception", "RuntimeError: something broke")
+    info = job(folder)
+    assert info.exit_code == 3
+    assert (info.failure_class, info.failure_detail) == ("python_exception", "RuntimeError: something broke")
 
 
 def test_cancel_kills_the_whole_job(tmp_path):
@@ -52,7 +54,7 @@ def test_cancel_kills_the_whole_job(tmp_path):
         time.sleep(0.05)
     child = int((folder / "child.pid").read_text())
     ex.cancel(folder)
-    assert states.load(folder)["state"] == states.CANCELLED
+    assert job(folder).state == states.CANCELLED
     time.sleep(0.2)
     try:
         os.kill(child, 0)
@@ -66,11 +68,11 @@ def test_another_process_learns_the_outcome_from_the_log(tmp_path):
     folder = _point(tmp_path, 'echo "nlp-bench: training exited with code 1"\nexit 1\n')
     first = LocalExecutor()
     first.submit(folder)
-    proc = first._children[states.load(folder)["job_id"]]
+    proc = first._children[job(folder).job_id]
     proc.wait()
     # a fresh executor (say, a later `bench` invocation) has no handle on the child
     assert LocalExecutor().poll(folder) == states.FAILED
-    assert states.load(folder)["exit_code"] == 1
+    assert job(folder).exit_code == 1
 
 
 def test_result_table_refreshes_a_job_whose_watcher_died(bench, results):
@@ -80,12 +82,12 @@ def test_result_table_refreshes_a_job_whose_watcher_died(bench, results):
     (folder / "jobscript.sbatch").write_text("#!/bin/bash\necho 'nlp-bench: training exited with code 0'\n")
     ex = LocalExecutor()
     ex.submit(folder)
-    ex._children[states.load(folder)["job_id"]].wait()
-    assert states.load(folder)["state"] == states.RUNNING  # nobody watched it end
+    ex._children[job(folder).job_id].wait()
+    assert job(folder).state == states.RUNNING  # nobody watched it end
     out = bench("result", "table", "--format", "csv")
     assert out.exit_code == 0, out.output
     assert ",COMPLETED," in out.output
-    assert states.load(folder)["state"] == states.COMPLETED
+    assert job(folder).state == states.COMPLETED
 
 
 def _smoke_with_fake_trainer(tmp_path, trainer: str, hang_timeout_s: int):
@@ -114,9 +116,9 @@ def test_watchdog_ends_a_training_that_stops_printing(tmp_path):
     ex = LocalExecutor()
     ex.submit(folder)
     assert wait(ex, folder, interval_s=0.1) == states.FAILED
-    info = states.load(folder)
-    assert info["failure_class"] == "hang"
-    assert info["failure_detail"].startswith("nlp-bench: watchdog: no new iteration line for ")
+    info = job(folder)
+    assert info.failure_class == "hang"
+    assert info.failure_detail.startswith("nlp-bench: watchdog: no new iteration line for ")
     pid = int((folder / "trainer.pid").read_text())
     time.sleep(0.2)
     try:
@@ -148,7 +150,7 @@ def test_a_chain_runs_its_scripts_in_order_each_with_its_own_output(tmp_path):
     assert wait(ex, folder, interval_s=0.05) == states.COMPLETED
     assert (folder / "compile.out").read_text() == "compiling\n"
     assert (folder / "job.out").read_text() == "run sees graphs\n"
-    assert states.load(folder)["chain_job_ids"] == [job_id, job_id]
+    assert job(folder).chain_job_ids == [job_id, job_id]
 
 
 def test_a_failed_step_ends_the_chain(tmp_path):
@@ -156,7 +158,7 @@ def test_a_failed_step_ends_the_chain(tmp_path):
     ex = LocalExecutor()
     ex.submit(folder, ("compile.sbatch", "jobscript.sbatch"))
     assert wait(ex, folder, interval_s=0.05) == states.FAILED
-    assert states.load(folder)["exit_code"] == 7
+    assert job(folder).exit_code == 7
     assert (folder / "compile.err").read_text() == "neuron compile failed\n"
     assert "run sees" not in (folder / "job.out").read_text()
 

@@ -23,7 +23,7 @@ from nlp_bench.cli import cli
 from nlp_bench.plan import memory, ranking
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.spec.models import get_model, pad_vocab
-from nlp_bench.workspace import Run, dropped_rows
+from nlp_bench.store.dropped import dropped_rows
 
 
 def test_megatron_memory_175b_reference_layout():
@@ -165,7 +165,7 @@ def test_sweep_top_k_runs_only_the_predicted_fastest(tmp_path):
     run_json = next(tmp_path.glob("results/nlp/*/run.json"))
     meta = json.loads(run_json.read_text())
     assert len(meta["points"]) == 3
-    slower = [d for d in dropped_rows(Run(run_json.parent)) if "not among the 3 fastest" in d["reason"]]
+    slower = [d for d in dropped_rows(run_json.parent) if "not among the 3 fastest" in d["reason"]]
     assert len(slower) == 28 - 3  # 28 of the grid's layouts fit in 40 GiB (memory allowance of issue 16)
     assert all("if the planner errs as on its corpus" in d["reason"] for d in slower)
     kept = [json.loads(p.read_text())["tokens_per_s"] for p in tmp_path.glob("results/nlp/*/*/prediction.json")]
@@ -219,7 +219,7 @@ def test_sweep_keeps_what_the_planner_would_drop_when_told(tmp_path):
     run_json = next(tmp_path.glob("results/nlp/*/run.json"))
     meta = json.loads(run_json.read_text())
     assert len(meta["points"]) == 45
-    assert not any(d["reason"].startswith("planner") for d in dropped_rows(Run(run_json.parent)))
+    assert not any(d["reason"].startswith("planner") for d in dropped_rows(run_json.parent))
     unfit = [json.loads(p.read_text()) for p in tmp_path.glob("results/nlp/*/*/prediction.json")]
     assert sum(not p["fits"] for p in unfit) == 17  # still predicted, and the prediction kept beside the point
 

@@ -5,10 +5,10 @@ import json
 import shutil
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, record_job
 
 from nlp_bench.analysis.results import analyse_point
-from nlp_bench.launch import states
+from nlp_bench.store import states
 
 
 def _measured(folder, seconds: list[float], env: dict[str, str]) -> None:
@@ -18,7 +18,7 @@ def _measured(folder, seconds: list[float], env: dict[str, str]) -> None:
              f"global batch size: {gbs:5d} | lm loss: 8.0E+00 |" for i, t in enumerate(seconds, 1)]
     (folder / "job.out").write_text("\n".join(lines) + "\n")
     (folder / "provenance.env").write_text("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
-    states.record(folder, states.COMPLETED, executor="slurm", job_id="1", exit_code=0)
+    record_job(folder, states.COMPLETED, job_id="1", exit_code=0)
 
 
 def _run(bench, results, seconds, env):
@@ -206,21 +206,24 @@ def test_energy_in_result_table_and_report_or_the_reason_it_is_missing(bench, re
     assert energy["joules_per_token"] is None and "GPUs only (device cpu)" in energy["reason"]
 
 
-@pytest.mark.parametrize("stdout,expected", [("5400000\n", 5.4e6), ("0\n", None), ("\n", None), ("n/a\n", None)])
-def test_slurm_consumed_energy_where_the_site_collects_it(monkeypatch, stdout, expected):
+@pytest.mark.parametrize("field,expected", [("5400000", 5.4e6), ("0", None), ("", None), ("n/a", None)])
+def test_slurm_consumed_energy_where_the_site_collects_it(monkeypatch, field, expected):
     import subprocess
 
     from nlp_bench.launch import slurm
 
+    row = f"42|COMPLETED|0:0|2026-11-24T05:00:00|2026-11-24T05:10:00|{field}\n"
     monkeypatch.setattr(slurm.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(slurm, "_run", lambda argv: subprocess.CompletedProcess(argv, 0, stdout, ""))
-    assert slurm.consumed_energy("42") == expected
+    monkeypatch.setattr(slurm, "_ask", lambda argv, *a, **k: subprocess.CompletedProcess(argv, 0, row.encode(), b""))
+    seen = slurm.SlurmExecutor()._look("42")
+    assert seen.energy_j == expected and seen.state == "COMPLETED" and seen.exit_code == 0
+    assert (seen.finished - seen.started).total_seconds() == 600
 
 
 def test_whole_job_energy_from_slurm_when_the_trainer_measured_none(bench, results):
     run = _run(bench, results, STEADY, ENV)
     folder = next(p for p in (results / "nlp" / run).iterdir() if p.is_dir())
-    states.record(folder, states.COMPLETED, consumed_energy_j=1.0e7)
+    record_job(folder, states.COMPLETED, consumed_energy_j=1.0e7)
     (folder / "result.json").unlink(missing_ok=True)
     energy = analyse_point(folder)["energy"]
     gbs = json.loads((folder / "point.json").read_text())["layout"]["global_batch_size"]

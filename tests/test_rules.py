@@ -204,6 +204,9 @@ def test_submission_bundle_is_written_and_read_back(bench, results, tmp_path):
                   f" grad norm: 1.000 | number of skipped iterations:   0 | number of nan iterations:   0 |"
                   f" samples per second: 18.113 | TFLOPs: 150.00 |\n" for i in range(10, 60, 10)))
     (point / "train.args").write_text("\n".join(jobscript_args((point / "jobscript.sbatch").read_text(), "x")) + "\n")
+    refused = bench("result", "export", "--format", "submission", "-o", str(tmp_path / "new" / "bundle"))
+    assert refused.exit_code == 2 and "new does not exist" in refused.output and not (tmp_path / "new").exists()
+    (tmp_path / "new").mkdir()
     out = bench("result", "export", "--format", "submission", "-o", str(tmp_path / "new" / "bundle"))
     assert out.exit_code == 0, out.output
     shutil.move(tmp_path / "new" / "bundle", tmp_path / "bundle")

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nlp_bench.errors import SpecError
+from nlp_bench.store.dropped import dropped_rows
 from nlp_bench.sweep.expr import Expression
 from nlp_bench.sweep.grid import expand, load_grid
-from nlp_bench.workspace import Run, dropped_rows
 
 
 def grid(tmp_path, text: str):
@@ -121,16 +121,15 @@ def test_top_k_keeps_only_k_of_a_grid_over_the_threshold(tmp_path):
 
 
 def test_dropped_points_are_counted_by_rule_and_streamed_to_a_compressed_file(tmp_path):
-    from nlp_bench.workspace import Run, dropped_rows
-
     path = tmp_path / "g.yaml"
     path.write_text('tag: "13"\nmatrix: {tp: [1, 2, 3, 4, 5], pp: [1, 2, 3, 4]}\nexclude: ["tp * pp == 2"]\n')
     proc = run_bench("sweep", str(path), "--dry-run", "--no-plan", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    run = Run(next((tmp_path / "results").rglob("run.json")).parent)
+    run = next((tmp_path / "results").rglob("run.json")).parent
     rows = list(dropped_rows(run))
-    counts = run.meta()["dropped_by_rule"]
-    assert sum(counts.values()) == len(rows) == 20 - len(run.meta()["points"])
+    meta = json.loads((run / "run.json").read_text())
+    counts = meta["dropped_by_rule"]
+    assert sum(counts.values()) == len(rows) == 20 - len(meta["points"])
     # 32 devices: tp x pp = 3, 5, 6, 9, 10, 12, 15, 20 do not divide them; 1 x 2 and 2 x 1 are excluded
     assert counts == {"exclude 'tp * pp == 2'": 2, "tp-pp-world": 11}
     assert all(r["reason"] and r["rule"] in counts for r in rows)
@@ -151,7 +150,7 @@ def test_sweep_dry_run_writes_every_point_and_the_reasons(tmp_path):
     meta = json.loads(run_json.read_text())
     scripts = list(run_json.parent.glob("*/jobscript.sbatch"))
     # 48 valid combinations: 3 break a layout rule; the planner predicts 17 need more than the A100's 40 GiB
-    dropped = list(dropped_rows(Run(run_json.parent)))
+    dropped = list(dropped_rows(run_json.parent))
     planner = [d for d in dropped if d["reason"].startswith("planner: needs ")]
     assert len(planner) == 17 and all("GiB per device, 40 GiB available" in d["reason"] for d in planner)
     assert len(scripts) == len(meta["points"]) == 45 - 17

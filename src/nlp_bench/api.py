@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from nlp_bench.analysis.results import rows_frame, run_rows
-from nlp_bench.workspace import find_run, list_runs
+from nlp_bench.store.runs import find_run, list_runs
 
 
 def load_results(results_dir: str | Path = "results", runs: list[str] | None = None):
     """Every point of the given runs (default: all runs under results_dir) as one DataFrame."""
     root = Path(results_dir)
-    selected = [find_run(root, ref) for ref in runs] if runs else list_runs(root)
+    selected = [find_run(root, ref) for ref in runs] if runs else list_runs(root).runs
     return rows_frame([row for run_ in selected for row in run_rows(run_)])

@@ -49,6 +49,17 @@ class BenchGroup(click.Group):
             raise OneLineError(str(exc)) from None
         except click.UsageError as exc:
             raise _one_line(exc) from None
+        except OSError as exc:  # a full disk, a read-only folder, a path that is not a folder: the user can act
+            raise OneLineError(_os_line(exc)) from None
+
+
+def _os_line(exc: OSError) -> str:
+    """An operating-system error as the user needs it: the path and the system's reason."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return reason
+    other = f" -> {exc.filename2}" if exc.filename2 else ""
+    return f"{exc.filename}{other}: {reason}"
 
 
 @click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,15 +128,6 @@ def _resume_takes_no(**given) -> None:
                                f"(start a new run for that)")
 
 
-def _refreshed(run_):
-    """The run, with the state of every unfinished job asked of its executor first."""
-    from nlp_bench.launch.executors import refresh
-
-    for point_dir in run_.point_dirs():
-        refresh(point_dir)
-    return run_
-
-
 @cli.command()
 @click.argument("grid", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option("--tag", default=None, help="Start from this tag instead of the grid's.")
@@ -173,30 +175,43 @@ def status(ctx: click.Context, run_ref: str | None, watch: bool, interval: float
     from rich.console import Console
     from rich.live import Live
 
-    from nlp_bench.launch import states
-    from nlp_bench.report.status import point_status, status_table
+    from nlp_bench.app.views import View
+    from nlp_bench.report.status import missing_status, point_status, status_table
     from nlp_bench.report.table import terminal_width
-    from nlp_bench.workspace import find_run
+    from nlp_bench.store import states
+    from nlp_bench.store.files import StoreError
+    from nlp_bench.store.runs import find_run
 
+    view = View(ctx.obj["results_dir"])
     run_ = find_run(ctx.obj["results_dir"], run_ref)
-
     width = terminal_width()
 
     def snapshot():
-        _refreshed(run_)
-        rows = [point_status(p) for p in run_.point_dirs()]
-        return rows, status_table(rows, f"run {run_.id}", width)
+        view.refreshed(run_)
+        rows = []
+        for point in run_.points():
+            if not point.exists():
+                rows.append(missing_status(point.id))
+                continue
+            try:
+                rows.append(point_status(point.path))
+            except StoreError as exc:
+                view.problems.add(str(exc))
+        title = f"run {run_.id}" + "".join(f"\n{line}" for line in view.refresher.silences)
+        return rows, status_table(rows, title, width)
 
     rows, table = snapshot()
     console = Console(width=width or 10_000)
-    if not watch:
+    if watch:
+        ended = states.TERMINAL | {states.NOT_SUBMITTED, states.MISSING}
+        with Live(table, console=console, refresh_per_second=4) as live:
+            while not all(r["state"] in ended for r in rows):
+                time.sleep(interval)
+                rows, table = snapshot()
+                live.update(table)
+    else:
         console.print(table)
-        return
-    with Live(table, console=console, refresh_per_second=4) as live:
-        while not all(r["state"] in states.TERMINAL or r["state"] == "NOT_SUBMITTED" for r in rows):
-            time.sleep(interval)
-            rows, table = snapshot()
-            live.update(table)
+    view.tell()
 
 
 @cli.command()
@@ -204,24 +219,36 @@ def status(ctx: click.Context, run_ref: str | None, watch: bool, interval: float
 @click.argument("points", nargs=-1)
 @click.pass_context
 def cancel(ctx: click.Context, run_ref: str, points: tuple[str, ...]) -> None:
-    """Cancel the unfinished jobs of RUN, or only of the named POINTs."""
+    """Cancel the unfinished jobs of RUN, or only of the named POINTs. Exit 1 when a cancel was not
+    confirmed (the scheduler refused it, did not answer, or still shows the job running)."""
     from nlp_bench.errors import ResultError, unknown
-    from nlp_bench.launch import states
-    from nlp_bench.launch.executors import get_executor
-    from nlp_bench.workspace import find_run
+    from nlp_bench.launch.executors import Refresher
+    from nlp_bench.store import states
+    from nlp_bench.store.runs import find_run
 
     run_ = find_run(ctx.obj["results_dir"], run_ref)
-    folders = {p.name: p for p in run_.point_dirs()}
+    folders = {p.id: p for p in run_.points()}
     for name in points:
         if name not in folders:
             raise ResultError(unknown(f"point of run {run_.id}:", name, folders))
+    executors = Refresher()
+    unconfirmed = 0
     for name in points or folders:
-        info = states.load(folders[name]) or {}
-        if "executor" not in info or info.get("state") in states.TERMINAL:
-            click.echo(f"{name}: {info.get('state', 'NOT_SUBMITTED')}, nothing to cancel")
+        point = folders[name]
+        if not point.exists():
+            click.echo(f"{name}: {states.MISSING}, nothing to cancel")
             continue
-        get_executor(info["executor"]).cancel(folders[name])
-        click.echo(f"{name}: cancel requested (job {info['job_id']})")
+        attempt = point.attempt()
+        if attempt is None or attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
+            click.echo(f"{name}: {attempt.state if attempt else states.NOT_SUBMITTED}, nothing to cancel")
+            continue
+        outcome = executors.executor(attempt.executor).cancel(point.path)
+        if outcome.confirmed:
+            click.echo(f"{name}: cancelled ({outcome.detail})")
+        else:
+            unconfirmed += 1
+            click.echo(f"{name}: cancel NOT confirmed: {outcome.detail}", err=True)
+    ctx.exit(1 if unconfirmed else 0)
 
 
 @cli.group()
@@ -248,29 +275,31 @@ def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, 
     table keeps the columns that fit the terminal's width (COLUMNS where set; no limit when writing to a pipe
     or file) and names the ones it left out."""
     from nlp_bench.analysis.results import run_rows
+    from nlp_bench.app.views import View
     from nlp_bench.report.table import render, resolve_columns, select, terminal_width
-    from nlp_bench.workspace import find_run, list_runs
 
     if wide and column_names:
         raise click.UsageError("--wide and --columns: give one")
     columns = resolve_columns(column_names) if column_names else None
 
+    view = View(ctx.obj["results_dir"])
     rows = []
     if reference:
         from nlp_bench.analysis.reference import reference_rows
 
         rows = reference_rows()
     if all_runs:
-        runs = list_runs(ctx.obj["results_dir"])
-        if not runs:
-            find_run(ctx.obj["results_dir"], None)  # says where it looked
+        runs = view.every_run()
     elif run_refs or not reference:
-        runs = [find_run(ctx.obj["results_dir"], ref) for ref in run_refs or (None,)]
+        runs = [view.run(ref) for ref in run_refs or (None,)]
     else:
         runs = []
     for run_ in runs:
-        rows += run_rows(_refreshed(run_))
+        rows += run_rows(run_, view.problems)
+    if not rows and view.problems.lines:
+        raise BenchError(view.problems.lines[0])
     click.echo(render(select(rows, sort, where), fmt, columns, terminal_width(), wide), nl=False)
+    view.tell()
 
 
 @result.command("compare")
@@ -290,54 +319,60 @@ def result_compare(ctx: click.Context, run_ref: str | None, reference_name: str,
     175B, the verdict against the 560 s baseline."""
     from nlp_bench.analysis.reference import compare, reference_rows
     from nlp_bench.analysis.results import run_rows
+    from nlp_bench.app.views import View
     from nlp_bench.report.compare import render_comparison
-    from nlp_bench.workspace import find_run
 
     if trainers and baseline_ref:
         raise click.UsageError("--trainers and --baseline: give one")
-    run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
+    view = View(ctx.obj["results_dir"])
+    run_ = view.run(run_ref)
     if baseline_ref:
         from nlp_bench.analysis.run_diff import compare_runs, point_runs
         from nlp_bench.report.compare import render_changes
 
-        base = _refreshed(find_run(ctx.obj["results_dir"], baseline_ref))
+        base = view.run(baseline_ref)
         if base.path == run_.path:
             raise click.UsageError(f"--baseline {baseline_ref} is run {run_.id} itself")
         changes = compare_runs(point_runs(run_), point_runs(base))
         if not changes:
             raise BenchError(f"runs {run_.id} and {base.id} share no point (same model, layout and trainer)")
         click.echo(render_changes(changes, fmt), nl=False)
+        view.tell()
         return
     if trainers:
         from nlp_bench.analysis.side_by_side import COLUMNS, compare_trainers
 
         try:
-            pairs = compare_trainers(run_rows(run_))
+            pairs = compare_trainers(run_rows(run_, view.problems))
         except BenchError as exc:
             raise BenchError(f"run {run_.id}: {exc}") from None
         click.echo(render_comparison(pairs, fmt, COLUMNS), nl=False)
+        view.tell()
         return
     references = reference_rows(reference_name)
     try:
-        rows = compare(run_rows(run_), references)
+        rows = compare(run_rows(run_, view.problems), references)
     except BenchError as exc:
         raise BenchError(f"run {run_.id}: {exc}") from None
     click.echo(render_comparison(rows, fmt), nl=False)
+    view.tell()
 
 
 def _gathered(ctx: click.Context, run_refs: tuple[str, ...]):
-    """Run ids, table rows and analysed results (keyed by (run, point)) of RUNs (default: the newest)."""
+    """Run ids, table rows and analysed results (keyed by (run, point)) of RUNs (default: the newest), and
+    the view that knows what could not be shown."""
     from nlp_bench.analysis.results import run_results
-    from nlp_bench.workspace import find_run
+    from nlp_bench.app.views import View
 
+    view = View(ctx.obj["results_dir"])
     ids, rows, results = [], [], {}
     for ref in run_refs or (None,):
-        run_ = _refreshed(find_run(ctx.obj["results_dir"], ref))
+        run_ = view.run(ref)
         ids.append(run_.id)
-        for row, result in run_results(run_):
+        for row, result in run_results(run_, view.problems):
             rows.append(row)
             results[(row["run"], row["point"])] = result
-    return ids, rows, results
+    return ids, rows, results, view
 
 
 @result.command("plot")
@@ -350,9 +385,10 @@ def result_plot(ctx: click.Context, run_refs: tuple[str, ...], out_dir: Path) ->
     traces for the completed points of one or more RUNs (default: the newest run)."""
     from nlp_bench.report.plots import plot_all
 
-    _, rows, results = _gathered(ctx, run_refs)
+    _, rows, results, view = _gathered(ctx, run_refs)
     paths = plot_all(rows, {key: r.get("records") or [] for key, r in results.items()}, out_dir)
     click.echo(f"wrote {len(paths)} figure files to {out_dir}")
+    view.tell()
 
 
 @result.command("report")
@@ -368,9 +404,10 @@ def result_report(ctx: click.Context, run_refs: tuple[str, ...], output: Path, r
     from nlp_bench.report.html import write_report
 
     references = reference_rows(reference_name)
-    ids, rows, results = _gathered(ctx, run_refs)
+    ids, rows, results, view = _gathered(ctx, run_refs)
     write_report(output, ", ".join(ids), rows, results, references, reference_name)
     click.echo(f"wrote {output} ({len(rows)} points)")
+    view.tell()
 
 
 @result.command("export")
@@ -384,21 +421,27 @@ def result_report(ctx: click.Context, run_refs: tuple[str, ...], output: Path, r
 def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Path) -> None:
     """Write the result table of RUN (default: the newest) to a file, or RUN as a submission bundle."""
     from nlp_bench.analysis.results import run_rows
+    from nlp_bench.app.views import View
     from nlp_bench.report.table import export
-    from nlp_bench.workspace import find_run
 
-    run_ = _refreshed(find_run(ctx.obj["results_dir"], run_ref))
+    if not output.parent.is_dir():
+        raise click.UsageError(f"{output.parent} does not exist (or is not a folder); make it first, or write "
+                               "the export elsewhere")
+    view = View(ctx.obj["results_dir"])
+    run_ = view.run(run_ref)
     if fmt == "submission":
         from nlp_bench.app.submission import write_submission
 
         bundle = write_submission(run_, output)
         verdict = "valid submission" if bundle["rules"]["valid"] else "NOT a valid submission (see rules.json)"
         click.echo(f"wrote {output}: run {run_.id}, {len(bundle['files'])} files; {verdict}")
+        view.tell()
         return
     if output.is_dir():
         raise click.UsageError(f"{output} is a folder; a {fmt} export is one file")
-    export(run_rows(run_), fmt, output)
+    export(run_rows(run_, view.problems), fmt, output)
     click.echo(f"wrote {output} ({fmt}, run {run_.id})")
+    view.tell()
 
 
 @cli.command()
@@ -457,9 +500,8 @@ def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_js
 def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas, recompute,
                  global_batch_size, top, target_seconds, calibrate_, validate_, as_json) -> None:
     """Predict memory per device, tokens/s and time_to_report of layouts before running them, ranked."""
-    import json
-
     from nlp_bench.app import planning
+    from nlp_bench.fsio import dumps
     from nlp_bench.report.plan_text import render_calibration, render_plan, render_target, render_validation
 
     results_dir = ctx.obj["results_dir"]
@@ -467,7 +509,7 @@ def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, t
         if runs or calibrate_ or target_seconds is not None:
             raise click.UsageError("--validate takes no RUN, --calibrate or --target-seconds")
         found = planning.validate(results_dir)
-        click.echo(json.dumps(found, indent=2) if as_json else render_validation(found), nl=as_json)
+        click.echo(dumps(found) if as_json else render_validation(found), nl=as_json)
         return
     if runs and not calibrate_:
         raise click.UsageError("RUN arguments go with --calibrate")
@@ -484,14 +526,14 @@ def plan_command(ctx: click.Context, runs, tag, system, benchmark_name, nodes, t
     if target_seconds is not None:
         best, calibrated, base = planning.target(results_dir, benchmark_name, tag, system, space, target_seconds)
         if as_json:
-            click.echo(json.dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated}], indent=2))
+            click.echo(dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated}]))
         else:
             click.echo(render_target(best, target_seconds, calibrated, base), nl=False)
         return
     good, pruned, calibrated, base = planning.plan(results_dir, benchmark_name, tag, system, space, top)
     if as_json:
         shown = good + pruned[:top]
-        click.echo(json.dumps([{**p.to_dict(), "calibrated": calibrated} for p in shown], indent=2))
+        click.echo(dumps([{**p.to_dict(), "calibrated": calibrated} for p in shown]))
         return
     click.echo(render_plan(good, pruned, calibrated, base, top), nl=False)
 
@@ -513,9 +555,8 @@ def rules_check(ctx: click.Context, run_ref: str | None, tag, system, trainer, b
     """Is RUN (default: the newest) a valid submission? Each point's arguments as its job ran them (or as its
     jobscript holds them) against the rules: fixed model and precision, every reference training flag
     (expected vs found), the free parameters it changed. Exit 0 valid, 1 not, 2 a user error."""
-    import json
-
     from nlp_bench.app.rules_check import check_run, check_tag
+    from nlp_bench.fsio import dumps
     from nlp_bench.report.rules_text import render_rules
 
     if run_ref is not None and (tag or system or trainer):
@@ -524,7 +565,7 @@ def rules_check(ctx: click.Context, run_ref: str | None, tag, system, trainer, b
         raise click.UsageError("--system and --trainer go with --tag")
     checked = check_tag(benchmark_name, tag, system, trainer) if tag else check_run(ctx.obj["results_dir"], run_ref)
     found = [c.to_dict() for c in checked]
-    click.echo(json.dumps(found, indent=2) if as_json else render_rules(found), nl=as_json)
+    click.echo(dumps(found) if as_json else render_rules(found), nl=as_json)
     ctx.exit(0 if all(c.verdict.valid for c in checked) else 1)
 
 

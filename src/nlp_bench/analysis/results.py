@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
-from datetime import datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nlp_bench import flops
 from nlp_bench.analysis import metrics, parsers
-from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.workspace import (
-    JOB_OUT,
-    JOBSCRIPT,
-    POINT_JSON,
-    PREDICTION_JSON,
-    PROVENANCE_ENV,
-    RESULT_JSON,
-    RUN_JSON,
-    STATE_JSON,
-    Run,
-    now_iso,
-    read_optional,
-)
+from nlp_bench.store import states
+from nlp_bench.store.files import StoreError
+from nlp_bench.store.names import JOB_OUT, JOBSCRIPT, PROVENANCE_ENV
+from nlp_bench.store.point_folder import PointDir, sha256
+from nlp_bench.store.records import PointRecord, now_iso
+from nlp_bench.store.runs import Run
 
 #: The JUPITER JUBE result columns, then what users need beyond them.
 COLUMNS = [
@@ -34,8 +25,8 @@ COLUMNS = [
 ]
 
 
-def shape_of(point: dict[str, Any]) -> flops.Shape:
-    model, layout, train = point["model"], point["layout"], point["train"]
+def shape_of(point: PointRecord) -> flops.Shape:
+    model, layout, train = point.model, point.layout, point.train
     return flops.Shape(
         global_batch=layout["global_batch_size"], seq_length=model["seq_length"], num_layers=model["num_layers"],
         hidden=model["hidden_size"], vocab_padded=model["vocab_padded"], ffn_hidden=model["ffn_hidden_size"],
@@ -44,57 +35,95 @@ def shape_of(point: dict[str, Any]) -> flops.Shape:
     )
 
 
-def analyse_point(point_dir: Path, force: bool = False) -> dict[str, Any] | None:
-    """Parse the point's job.out into result.json (again only when the log is newer); None without a log."""
-    point_dir = Path(point_dir)
-    log, out = point_dir / JOB_OUT, point_dir / RESULT_JSON
-    if not log.is_file():
-        return None
-    if not force and out.is_file() and out.stat().st_mtime >= log.stat().st_mtime:
-        return read_json(out)
-    point = read_json(point_dir / POINT_JSON)
-    text = parsers.read_log(log)
+def _fingerprint(log: Path) -> dict[str, int] | None:
+    """What identifies the log a result was parsed from: its size and modification time in nanoseconds.
+    Both, because on a file system with one-second times a log that grows within the second of its last
+    analysis keeps its time but not its size."""
     try:
-        parsed = parsers.parse(text)
+        info = log.stat()
+    except OSError:
+        return None
+    return {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+
+def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None = None) -> dict[str, Any] | None:
+    """The point's result: job.out parsed into result.json, again only when the log is not the one the
+    result was made from. Without a log, an earlier result.json stands (and `notes` hears so); None when
+    there is neither. A result that cannot be kept (a read-only folder, a full disk) is still returned."""
+    point_dir = Path(point_dir)
+    folder = PointDir(point_dir)
+    log = point_dir / JOB_OUT
+    kept = folder.result()
+    seen = _fingerprint(log)
+    if seen is None:
+        if kept is not None and notes is not None:
+            notes.append(f"{point_dir}: {JOB_OUT} is gone; its figures come from result.json "
+                         f"(analysed {kept.get('analysed', 'earlier')})")
+        return kept
+    if not force and kept is not None and kept.get("source") == seen:
+        return kept
+    point = folder.point()
+    try:
+        parsed = parsers.parse_log(log)
     except parsers.ParseError:
         parsed = parsers.Parsed(None, [])
-    records, seq_length = parsed.records, point["model"]["seq_length"]
-    basis, note = metrics.mfu_basis(point["system"], point["system_info"])
-    summary = metrics.summarise(records, seq_length, point["layout"]["global_batch_size"],
-                                shape_of(point), point["layout"]["world"], basis and basis["peak_tflops"])
+    records, seq_length = parsed.records, point.seq_length
+    basis, note = metrics.mfu_basis(point.system, point.system_info)
+    summary = metrics.summarise(records, seq_length, point.global_batch_size, shape_of(point),
+                                point.layout["world"], basis and basis["peak_tflops"])
     if summary is not None:
         summary.mfu_basis, summary.mfu_note = basis, note
+    log_tail = _log_ends(log)
     result = {
-        "point": point["id"], "format": parsed.format, "analysed": now_iso(),
+        "point": point.id, "format": parsed.format, "analysed": now_iso(), "source": seen,
         # the JUBE-compatible figures (every interval) the table shows, and the steady state beside them
         "summary": summary.to_dict() if summary else None,
         "steady": metrics.steady_summary(records, seq_length)[1] if records else None,
-        "energy": _energy(point, records, text, read_optional(point_dir / STATE_JSON) or {}),
-        "provenance": provenance(point_dir, text),
+        "energy": _energy(point, records, log_tail, folder),
+        "provenance": provenance(folder, log_tail),
         "records": [r.to_dict() for r in records],
     }
-    write_json_atomic(out, result)
+    try:
+        folder.write_result(result)
+    except StoreError as exc:
+        if notes is not None:
+            notes.append(f"{exc} (the result is shown, not kept)")
     return result
+
+
+def _log_ends(log: Path, size: int = 65_536) -> str:
+    """The start and the end of a log, where the trainer says what it runs on and how it measured energy:
+    a log of gigabytes is not read whole for two lines."""
+    try:
+        with log.open("rb") as fh:
+            head = fh.read(size)
+            fh.seek(0, 2)
+            fh.seek(max(len(head), fh.tell() - size))
+            tail = fh.read(size)
+    except OSError:
+        return ""
+    return (head + b"\n" + tail).decode("utf-8", "replace")
 
 
 _ENERGY_NOTE = re.compile(r"nlp-bench trainer: energy: not measured \((.*)\)")
 
 
-def _energy(point: dict[str, Any], records: list, log_text: str, state: dict[str, Any]) -> dict[str, Any]:
+def _energy(point: PointRecord, records: list, log_text: str, folder: PointDir) -> dict[str, Any]:
     """The steady-state energy per token from the trainer's NVML figures; else the whole job's from Slurm's
     accounting (start-up included, so higher); else nulls and why."""
-    seq_length = point["model"]["seq_length"]
+    seq_length = point.seq_length
     note = _ENERGY_NOTE.search(log_text)
-    if point.get("trainer", "builtin") != "builtin":
-        why = f"{point['trainer']}'s log has no energy figures"
-    elif point["system_info"].get("device") != "cuda":
-        why = f"energy is measured on GPUs only (device {point['system_info'].get('device')})"
+    if point.trainer != "builtin":
+        why = f"{point.trainer}'s log has no energy figures"
+    elif point.system_info.get("device") != "cuda":
+        why = f"energy is measured on GPUs only (device {point.system_info.get('device')})"
     else:
         why = note.group(1) if note else "the log has no energy figures"
     found = metrics.energy_summary(records, seq_length, why_not=why)
-    consumed = state.get("consumed_energy_j")
+    attempt = folder.attempt()
+    consumed = attempt.consumed_energy_j if attempt else None
     if found["joules_per_token"] is None and consumed and records:
-        tokens = records[-1].iteration * point["layout"]["global_batch_size"] * seq_length
+        tokens = records[-1].iteration * point.global_batch_size * seq_length
         per_token = consumed / tokens
         found = {"joules_per_token": per_token, "report_kwh": per_token * flops.REPORT_TOKENS / metrics.JOULES_PER_KWH,
                  "source": "Slurm accounting (sacct ConsumedEnergy): the whole job, start-up included",
@@ -105,22 +134,37 @@ def _energy(point: dict[str, Any], records: list, log_text: str, state: dict[str
 _LIBRARIES = re.compile(r"nlp-bench trainer: torch (\S+?),?(?: \(CUDA (\S+), NCCL ([^)]+)\))?, backend")
 
 
-def provenance(point_dir: Path, log_text: str) -> dict[str, Any]:
-    """Where a number comes from: the commit that rendered the jobscript, the script's sha256, the nodes,
-    the library versions the trainer reported and the environment that shapes performance."""
-    run_meta = read_optional(point_dir.parent / RUN_JSON) or {}
-    script = point_dir / JOBSCRIPT
-    environment: dict[str, str] = {}
-    env_file = point_dir / PROVENANCE_ENV
-    if env_file.is_file():
-        for line in env_file.read_text(errors="replace").splitlines():
-            name, sep, value = line.partition("=")
-            if sep:
-                environment[name] = value
+def _environment(folder: PointDir) -> dict[str, str]:
+    """provenance.env, written by the jobscript at start: NAME=value per line."""
+    try:
+        text = folder.file(PROVENANCE_ENV).read_text(errors="replace")
+    except OSError:
+        return {}
+    pairs = (line.partition("=") for line in text.splitlines())
+    return {name: value for name, sep, value in pairs if sep}
+
+
+def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
+    """Where a number comes from: the commit that rendered the jobscript, the sha256 of the script as it was
+    submitted (hashed then, not now: the file may have been edited since), the nodes, the library versions
+    the trainer reported and the environment that shapes performance."""
+    try:
+        run = Run(folder.path.parent).record()
+        commit = run.versions.get("git_commit")
+    except StoreError:
+        commit = None
+    attempt = folder.attempt()
+    submitted = (attempt.scripts_sha256 or {}).get(JOBSCRIPT) if attempt else None
+    if submitted is None:  # a run from before scripts were hashed at submission
+        try:
+            submitted = sha256(folder.file(JOBSCRIPT).read_bytes())
+        except OSError:
+            submitted = None
+    environment = _environment(folder)
     libraries = _LIBRARIES.search(log_text)
     return {
-        "git_commit": (run_meta.get("versions") or {}).get("git_commit"),
-        "jobscript_sha256": hashlib.sha256(script.read_bytes()).hexdigest() if script.is_file() else None,
+        "git_commit": commit,
+        "jobscript_sha256": submitted,
         "nodelist": environment.get("SLURM_JOB_NODELIST"),
         "torch": libraries.group(1) if libraries else None,
         "cuda": libraries.group(2) if libraries else None,
@@ -129,25 +173,20 @@ def provenance(point_dir: Path, log_text: str) -> dict[str, Any]:
     }
 
 
-def _job_time(state: dict[str, Any]) -> float | None:
-    try:
-        return (datetime.fromisoformat(state["finished"]) - datetime.fromisoformat(state["started"])).total_seconds()
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[str, Any] | None = None) -> dict[str, Any]:
     """The table row of a point; `result` is its analysed result.json when the caller has it already."""
-    point = read_json(Path(point_dir) / POINT_JSON)
-    state = read_optional(Path(point_dir) / STATE_JSON) or {}
+    folder = PointDir(point_dir)
+    point = folder.point()
+    attempt = folder.attempt()
     result = (analyse_point(point_dir) or {}) if result is None else result
     summary = result.get("summary") or {}
-    lay = point["layout"]
-    predicted = (read_optional(Path(point_dir) / PREDICTION_JSON) or {}).get("tokens_per_s")
+    lay = point.layout
+    predicted = (folder.prediction() or {}).get("tokens_per_s")
     measured = summary.get("tokens_per_s")
     return {
-        "system": point["system"], "version": version, "queue": point["system_info"].get("partition"),
-        "JobID": state.get("job_id"), "Job_Time": _job_time(state), "Model_Size": point["model"]["size_billions"],
+        "system": point.system, "version": version, "queue": point.system_info.get("partition"),
+        "JobID": attempt.job_id if attempt else None, "Job_Time": attempt.job_time_s() if attempt else None,
+        "Model_Size": point.model["size_billions"],
         "Nodes": lay["nodes"], "Batch_Size": lay["global_batch_size"], "Pipeline_Parallel": lay["pp"],
         "Tensor_Parallel": lay["tp"], "Iterations": summary.get("iterations"),
         "Avg_TFLOPs/GPU": summary.get("avg_tflops_per_gpu"), "Tokens/sec": summary.get("tokens_per_s"),
@@ -157,24 +196,56 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "Report_kWh": (result.get("energy") or {}).get("report_kwh"),
         "Predicted_Tokens/sec": predicted,
         "Predicted/Measured": predicted / measured if predicted and measured else None,
-        "state": state.get("state", "NOT_SUBMITTED"), "failure_class": state.get("failure_class"),
-        "run": run_id, "point": point["id"], "trainer": point.get("trainer", "builtin"), "model": point["model"]["name"],
+        "state": attempt.state if attempt else states.NOT_SUBMITTED,
+        "failure_class": attempt.failure_class if attempt else None,
+        "run": run_id, "point": point.id, "trainer": point.trainer, "model": point.model["name"],
     }
 
 
-def run_rows(run: Run) -> list[dict[str, Any]]:
+def missing_row(run_id: str, point_id: str, version: str | None) -> dict[str, Any]:
+    """The row of a point run.json lists whose folder is gone: named, not forgotten."""
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update(version=version, state=states.MISSING, run=run_id, point=point_id)
+    return row
+
+
+@dataclass
+class Problems:
+    """What a view could not show (damaged files, gone folders, results not kept): said after the view, on
+    stderr, so that one bad point does not hide the others."""
+
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def run_rows(run: Run, problems: Problems | None = None) -> list[dict[str, Any]]:
     """One row per point of the run, analysing logs that have not been analysed yet."""
-    return [row for row, _ in run_results(run)]
+    return [row for row, _ in run_results(run, problems)]
 
 
-def run_results(run: Run) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def run_results(run: Run, problems: Problems | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Each point's table row with its analysed result.json ({} for a point without a log), for the
-    commands that need more than the row (records, steady state, provenance)."""
-    version = (run.meta().get("versions") or {}).get("nlp-bench")
+    commands that need more than the row (records, steady state, provenance). With `problems`, a point
+    whose files are damaged is left out and named there; without, the first such error is raised."""
+    record = run.record()
+    version = record.versions.get("nlp-bench")
     out = []
-    for point_dir in run.point_dirs():
-        result = analyse_point(point_dir) or {}
-        out.append((point_row(point_dir, version, run.id, result), result))
+    notes = problems.lines if problems is not None else None
+    for folder in run.points():
+        if not folder.exists():
+            if problems is not None:
+                problems.add(f"{folder.path}: missing (run.json lists it; the folder was moved or removed)")
+            out.append((missing_row(run.id, folder.id, version), {}))
+            continue
+        try:
+            result = analyse_point(folder.path, notes=notes) or {}
+            out.append((point_row(folder.path, version, run.id, result), result))
+        except StoreError as exc:
+            if problems is None:
+                raise
+            problems.add(str(exc))
     return out
 
 

@@ -18,7 +18,9 @@ from typing import Any
 from nlp_bench.analysis.metrics import record_view, t95, warmup_count
 from nlp_bench.analysis.parsers import Record
 from nlp_bench.analysis.results import run_results
-from nlp_bench.workspace import JOBSCRIPT, Run
+from nlp_bench.store.names import JOBSCRIPT
+from nlp_bench.store.point_folder import PointDir
+from nlp_bench.store.runs import Run
 
 #: environment entries that differ between any two jobs and say nothing about performance
 _VOLATILE = {"SLURM_JOB_ID", "MASTER_PORT", "MASTER_ADDR", "SLURM_JOB_NODELIST"}
@@ -54,7 +56,8 @@ def point_runs(run: Run) -> dict[str, PointRun]:
     """Every point of a run with what the comparison reads, by point id."""
     found = {}
     for row, result in run_results(run):
-        script = run.path / row["point"] / JOBSCRIPT
+        point = PointDir(run.path / row["point"])
+        script = point.submitted_script() if point.submitted_script().is_file() else point.file(JOBSCRIPT)
         found[row["point"]] = PointRun(row, result, script.read_text(errors="replace") if script.is_file() else "")
     return found
 

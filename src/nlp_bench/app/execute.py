@@ -14,30 +14,20 @@ from pathlib import Path
 from rich.console import Console
 
 from nlp_bench.analysis import parsers
-from nlp_bench.analysis.results import run_rows
+from nlp_bench.analysis.results import Problems, run_rows
 from nlp_bench.errors import PlanError, SpecError
-from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.launch import states
 from nlp_bench.launch.executor import Executor, wait
-from nlp_bench.launch.executors import get_executor
+from nlp_bench.launch.executors import Refresher, get_executor
 from nlp_bench.launch.render import render_compile_script, render_jobscript
 from nlp_bench.report.table import render, terminal_width
 from nlp_bench.spec.benchmark import Point, load_benchmark
 from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
-from nlp_bench.workspace import (
-    COMPILE_SCRIPT,
-    DROPPED_CSV,
-    JOB_ERR,
-    JOB_OUT,
-    JOBSCRIPT,
-    POINT_JSON,
-    PREDICTION_JSON,
-    DroppedLog,
-    argv,
-    create_run,
-    dropped_rows,
-    write_point,
-)
+from nlp_bench.store import locks, states
+from nlp_bench.store.dropped import DroppedLog, dropped_rows
+from nlp_bench.store.files import StoreError
+from nlp_bench.store.names import COMPILE_SCRIPT, DROPPED_CSV, JOB_ERR, JOB_OUT, JOBSCRIPT
+from nlp_bench.store.point_folder import PointDir
+from nlp_bench.store.runs import Run, create_run, find_run
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -69,16 +59,6 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def planned_iterations(point: dict) -> int | None:
-    """Iterations the trainer will run, from a point.json."""
-    train = point["train"]
-    if train.get("train-iters"):
-        return int(train["train-iters"])
-    if train.get("train-samples"):
-        return int(train["train-samples"]) // point["layout"]["global_batch_size"]
-    return None
-
-
 class LogFollower:
     """Reads new complete lines of a growing job.out and keeps the latest iteration record."""
 
@@ -102,12 +82,12 @@ def _watch(executor, point_dir: Path) -> str:
     """Wait for the job with a progress bar fed by the trainer's own iteration lines."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    point = read_json(point_dir / POINT_JSON)
+    point = PointDir(point_dir).point()
     follower = LogFollower(point_dir / JOB_OUT)
-    seq = point["model"]["seq_length"]
+    seq = point.seq_length
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
-        task = bar.add_task(point["id"], total=planned_iterations(point), info="starting")
+        task = bar.add_task(point.id, total=point.planned_iterations(), info="starting")
 
         def on_poll(state: str) -> None:
             rec = follower.update()
@@ -235,19 +215,18 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
         return _execute(results_dir, first.benchmark, first.tag, points, dry_run, options, chosen.predicted,
                        {"grid": str(grid_path), "grid_spec": grid.raw, "combinations": total,
                         "dropped_by_rule": dict(log.counts), "dropped_file": DROPPED_CSV},
-                       on_run=lambda run: _keep_dropped(run, log, verbose))
+                       on_write=log.keep, on_run=lambda run: _show_dropped(run, log, verbose))
     except BaseException:
         log.discard()
         raise
 
 
-def _keep_dropped(run, log: DroppedLog, verbose: bool) -> None:
-    """Move the dropped points' log into the new run and show some of them (all with --verbose)."""
-    path = log.keep(run)
+def _show_dropped(run: Run, log: DroppedLog, verbose: bool) -> None:
+    """Show some of the dropped points (all with --verbose); the run keeps them all."""
     shown = 0
-    for row in dropped_rows(run):
+    for row in dropped_rows(run.path):
         if not verbose and shown == 10:
-            say(f"  ... and {log.total - shown:,} more (--verbose lists them; {path} keeps them all)")
+            say(f"  ... and {log.total - shown:,} more (--verbose lists them; {run.path / DROPPED_CSV} keeps them all)")
             break
         where = " ".join(f"{k}={row[k]}" for k in ("nodes", "tp", "pp", "mbs", "gas"))
         say(f"  dropped {where}: {row['reason']}")
@@ -255,9 +234,9 @@ def _keep_dropped(run, log: DroppedLog, verbose: bool) -> None:
 
 
 @contextlib.contextmanager
-def _progress(total: int, what: str):
-    """A progress bar on stderr for grids large enough to take a while; yields the per-item callback."""
-    if total < 200_000 or not console.is_terminal:
+def _progress(total: int, what: str, threshold: int = 200_000):
+    """A progress bar on stderr for work large enough to take a while; yields the per-item callback."""
+    if total < threshold or not console.is_terminal:
         yield lambda: None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -269,7 +248,7 @@ def _progress(total: int, what: str):
         def advance() -> None:
             nonlocal count
             count += 1
-            if count % 10_000 == 0:
+            if count % max(1, min(10_000, total // 100)) == 0:
                 bar.update(task, completed=count)
 
         yield advance
@@ -277,7 +256,7 @@ def _progress(total: int, what: str):
 
 def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], dry_run: bool,
              options: LaunchOptions, predicted: dict[str, dict] | None = None, extra: dict | None = None,
-             on_run: Callable | None = None) -> int:
+             on_write: Callable[[Path], object] | None = None, on_run: Callable[[Run], None] | None = None) -> int:
     system = points[0].system
     executor = get_executor(system.executor)
     options.check(executor)
@@ -287,16 +266,26 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
         executor.check_available()  # fail before a workspace is written
     from nlp_bench.app.planning import predictions
 
-    run = create_run(results_dir, benchmark, tag, system.name, points, argv(), **(extra or {}))
-    if on_run is not None:
-        on_run(run)
-    folders = [write_point(run, p, render_jobscript(p, options.hang_timeout_s), render_compile_script(p))
-               for p in points]
     if predicted is None:
         predicted = predictions(results_dir, points)
-    for point, folder in zip(points, folders, strict=False):
-        if point.id in predicted:
-            write_json_atomic(folder / PREDICTION_JSON, predicted[point.id], durable=False)
+
+    def write(folder: Path) -> None:
+        """Everything a run holds, into the folder that becomes the run once it is complete."""
+        if on_write is not None:
+            on_write(folder)
+        with _progress(len(points), "writing point folders", threshold=500) as advance:
+            for point in points:
+                written = PointDir(folder / point.id)
+                written.write_point(point.to_dict(), render_jobscript(point, options.hang_timeout_s),
+                                    render_compile_script(point))
+                if point.id in predicted:
+                    written.write_prediction(predicted[point.id])
+                advance()
+
+    run = create_run(results_dir, benchmark, tag, system.name, [p.id for p in points], write, **(extra or {}))
+    if on_run is not None:
+        on_run(run)
+    folders = run.point_dirs()
     say(f"run {run.id}: {benchmark} tag {tag} on {system.name}, {len(points)} point(s)")
     say(f"  workspace {run.path}")
     if dry_run:
@@ -318,40 +307,78 @@ def _chain(folder: Path) -> tuple[str, ...]:
     return (COMPILE_SCRIPT, JOBSCRIPT) if (folder / COMPILE_SCRIPT).is_file() else (JOBSCRIPT,)
 
 
-def _launch(run, executor: Executor, folders: list[Path], options: LaunchOptions) -> int:
-    """Submit every point where the executor queues jobs; else run them one after another, watching each."""
-    if executor.queues:
-        for folder in folders:
+class _Interrupted(Exception):
+    """Ctrl-C while a local job ran: the job was cancelled."""
+
+
+def _run_point(executor: Executor, refresher: Refresher, folder: Path, options: LaunchOptions,
+               again: bool) -> str | None:
+    """Submit the point's job holding its lock, after reading its state once more right then: another
+    bench (a resume, a second sweep) may have submitted it since this one looked. Where the executor does
+    not queue, the lock is held until the job ends. Returns the job's state, or None when it was skipped
+    (and says why)."""
+    point = PointDir(folder)
+    try:
+        with point.locked():
+            state = refresher.refresh(folder)
+            if state not in (states.RERUNNABLE if again else {states.NOT_SUBMITTED}):
+                say(f"  {folder.name}: {state}, left as it is")
+                return None
+            if point.attempt() is not None:
+                point.keep_earlier_output()
             chain = _chain(folder)
             job_id = executor.submit(folder, chain, options.after_ids)
-            if len(chain) > 1:
-                compile_id = (states.load(folder) or {}).get("chain_job_ids", ["?"])[0]
-                say(f"  {folder.name}: {executor.name} compile job {compile_id}, then run job {job_id} (afterok)")
-            else:
-                say(f"  {folder.name}: {executor.name} job {job_id}")
+            if executor.queues:
+                ids = point.attempt().chain_job_ids
+                if len(ids) > 1:
+                    say(f"  {folder.name}: {executor.name} compile job {ids[0]}, then run job {job_id} (afterok)")
+                else:
+                    say(f"  {folder.name}: {executor.name} job {job_id}")
+                return states.PENDING
+            try:
+                return _watch(executor, folder)
+            except KeyboardInterrupt:
+                executor.cancel(folder)
+                console.print(f"interrupted: job cancelled; its output is in {folder}")
+                raise _Interrupted from None
+    except locks.Busy as exc:
+        say(f"  {folder.name}: skipped, {exc}")
+        return None
+
+
+def _launch(run: Run, executor: Executor, folders: list[Path], options: LaunchOptions, again: bool = False) -> int:
+    """Submit every point where the executor queues jobs; else run them one after another, watching each.
+    `again`: a resume, which may run points that ended without completing."""
+    refresher = Refresher(executor)
+    failed = 0
+    for folder in folders:
+        try:
+            final = _run_point(executor, refresher, folder, options, again)
+        except _Interrupted:
+            return 130
+        if executor.queues or final is None or final == states.COMPLETED:
+            continue
+        failed += 1
+        attempt = PointDir(folder).attempt()
+        console.print(f"bench: {folder.name} ended {final} ({attempt.failure_class}: {attempt.failure_detail}); "
+                      f"see {folder / JOB_OUT} and {folder / JOB_ERR}")
+    if executor.queues:
         if not options.wait:
             say(f"  when they end: bench result table {run.id}")
             return 0
         return _wait_all(run, executor, folders)
-    failed = 0
-    for folder in folders:
-        executor.submit(folder, _chain(folder), options.after_ids)
-        try:
-            final = _watch(executor, folder)
-        except KeyboardInterrupt:
-            executor.cancel(folder)
-            console.print(f"interrupted: job cancelled; its output is in {folder}")
-            return 130
-        if final != states.COMPLETED:
-            failed += 1
-            info = states.load(folder) or {}
-            console.print(f"bench: {folder.name} ended {final} ({info.get('failure_class')}: "
-                          f"{info.get('failure_detail')}); see {folder / JOB_OUT} and {folder / JOB_ERR}")
-    print(render(run_rows(run), "pretty", width=terminal_width()), end="")
+    _print_table(run)
     return 1 if failed else 0
 
 
-def _wait_all(run, executor, folders: list[Path]) -> int:
+def _print_table(run: Run) -> None:
+    problems = Problems()
+    print(render(run_rows(run, problems), "pretty", width=terminal_width()), end="")
+    for line in problems.lines:
+        console.print(f"bench: warning: {line}")
+
+
+def _wait_all(run: Run, executor: Executor, folders: list[Path]) -> int:
     """Block until every job has ended, with a progress bar; then print the result table."""
     import time
 
@@ -362,49 +389,49 @@ def _wait_all(run, executor, folders: list[Path]) -> int:
         task = bar.add_task("jobs", total=len(folders), info="")
         while True:
             finals = [executor.poll(f) for f in folders]
-            done = sum(s in states.TERMINAL for s in finals)
+            done = sum(s in states.TERMINAL or s == states.NOT_SUBMITTED for s in finals)
             counts = {s: finals.count(s) for s in sorted(set(finals))}
-            bar.update(task, completed=done, info=", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
+            info = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
+            if executor.silence:
+                info += f"; Slurm did not answer ({executor.silence})"
+            bar.update(task, completed=done, info=info)
             if done == len(folders):
                 break
             time.sleep(2.0)
-    print(render(run_rows(run), "pretty", width=terminal_width()), end="")
+    _print_table(run)
     return 0 if all(s == states.COMPLETED for s in finals) else 1
 
 
 def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptions(), dry_run: bool = False) -> int:
     """Run again every point of a run that has not completed; finished results are never touched, jobs
-    still queued or running are left alone, and a failed attempt's output is kept as job.out.N.
-    With dry_run, only say which points that would be."""
-    from nlp_bench.launch.executors import refresh
-    from nlp_bench.workspace import RESULT_JSON, find_run
-
+    still queued or running are left alone, and a failed attempt's output is kept as job.out.N. A point
+    another bench is launching is skipped with a note. With dry_run, only say which points that would be."""
     run = find_run(results_dir, run_ref)
-    todo, skipped = [], []
-    for folder in run.point_dirs():
-        state = refresh(folder) or "NOT_SUBMITTED"
-        if state == states.COMPLETED or state in (states.PENDING, states.RUNNING):
-            skipped.append(f"{folder.name} ({state})")
+    refresher = Refresher()
+    todo, skipped, problems = [], [], []
+    for point in run.points():
+        if not point.exists():
+            problems.append(f"{point.path}: missing (run.json lists it; the folder was moved or removed): it cannot "
+                            "be run again; start a new run for it")
             continue
-        todo.append(folder)
+        try:
+            state = refresher.refresh(point.path)
+        except StoreError as exc:
+            problems.append(f"{exc}: the point is left as it is")
+            continue
+        (todo if state in states.RERUNNABLE else skipped).append((point, state))
     say(f"run {run.id}: {len(todo)} point(s) to run again, {len(skipped)} left as they are")
-    for line in skipped:
-        say(f"  kept {line}")
+    for point, state in skipped:
+        say(f"  kept {point.id} ({state})")
+    for line in [*refresher.silences, *problems]:
+        console.print(f"bench: warning: {line}")
     if dry_run:
-        for folder in todo:
-            say(f"  would run again {folder.name}")
+        for point, _ in todo:
+            say(f"  would run again {point.id}")
     if not todo or dry_run:
-        return 0
-    executor = get_executor(read_json(todo[0] / POINT_JSON)["system_info"]["executor"])
+        return 1 if problems else 0
+    executor = get_executor(todo[0][0].point().executor)
     options.check(executor)
     executor.check_available()
-    for folder in todo:
-        attempt = 1
-        while (folder / f"{JOB_OUT}.{attempt}").exists():
-            attempt += 1
-        for name in (JOB_OUT, JOB_ERR):
-            if (folder / name).exists():
-                (folder / name).rename(folder / f"{name}.{attempt}")
-        (folder / RESULT_JSON).unlink(missing_ok=True)
-    return _launch(run, executor, todo, options)
-
+    code = _launch(run, executor, [p.path for p, _ in todo], options, again=True)
+    return code or (1 if problems else 0)

@@ -4,7 +4,6 @@ module joins it to the benchmark definitions and the result store."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -104,16 +103,18 @@ def _reference_points(benchmark: str) -> list[tuple[points.Planned, float, str]]
 
 def _run_points(results_dir: Path, refs: list[str]) -> list[tuple[points.Planned, float, str]]:
     from nlp_bench.analysis.results import run_results
-    from nlp_bench.workspace import find_run
+    from nlp_bench.store import states
+    from nlp_bench.store.point_folder import PointDir
+    from nlp_bench.store.runs import find_run
 
     out = []
     for ref in refs:
         run_ = find_run(results_dir, ref)
         for row, _ in run_results(run_):
             tokens = row.get("Tokens/sec")
-            if row.get("state") != "COMPLETED" or not tokens:
+            if row.get("state") != states.COMPLETED or not tokens:
                 continue
-            data = json.loads((run_.path / row["point"] / "point.json").read_text())
+            data = PointDir(run_.path / row["point"]).point().data
             out.append((points.from_point_json(data), float(tokens), f"{run_.id}/{row['point']}"))
     return out
 

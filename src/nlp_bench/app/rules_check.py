@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench.errors import SpecError
-from nlp_bench.fsio import read_json
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args, jobscript_nodes
 from nlp_bench.spec.benchmark import load_benchmark
 from nlp_bench.spec.rules import Verdict, load_rules
-from nlp_bench.workspace import JOBSCRIPT, POINT_JSON, TRAIN_ARGS_FILE, find_run
+from nlp_bench.store.names import JOBSCRIPT, TRAIN_ARGS_FILE
+from nlp_bench.store.point_folder import PointDir
+from nlp_bench.store.runs import find_run
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def check_run(results_dir: Path, run_ref: str | None) -> list[Checked]:
     run = find_run(results_dir, run_ref)
     out, without = [], []
     for folder in run.point_dirs():
-        point = read_json(folder / POINT_JSON)
+        point = PointDir(folder).point().data
         rules = point.get("rules", _tag_rules(point))
         if not rules:
             without.append(point["tag"])

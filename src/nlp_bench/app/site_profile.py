@@ -22,7 +22,7 @@ from nlp_bench.errors import SpecError, unknown
 from nlp_bench.fsio import write_text_atomic
 from nlp_bench.launch.slurm_inventory import Inventory, SlurmNode, read_inventory, run_on_node
 from nlp_bench.spec.devices import Device, find_device
-from nlp_bench.workspace import now_iso
+from nlp_bench.store.records import now_iso
 
 FILL_IN = "FILL IN"
 #: what a compute node reports to the probe: its name, its CPUs, and each GPU nvidia-smi can see

@@ -16,20 +16,11 @@ from nlp_bench.analysis.results import run_results
 from nlp_bench.errors import ResultError, SpecError
 from nlp_bench.fsio import read_json, write_json_atomic
 from nlp_bench.report.table import export, read_export
-from nlp_bench.workspace import (
-    JOB_ERR,
-    JOB_OUT,
-    JOBSCRIPT,
-    POINT_JSON,
-    PROVENANCE_ENV,
-    RESULT_JSON,
-    STATE_JSON,
-    TRAIN_ARGS_FILE,
-    Run,
-)
+from nlp_bench.store.names import PROVENANCE_ENV
+from nlp_bench.store.point_folder import PointDir
+from nlp_bench.store.runs import Run
 
 MANIFEST, TABLE, RULES, PROVENANCE = "manifest.json", "results.csv", "rules.json", "provenance.json"
-POINT_FILES = (JOBSCRIPT, TRAIN_ARGS_FILE, JOB_OUT, JOB_ERR, PROVENANCE_ENV, POINT_JSON, STATE_JSON, RESULT_JSON)
 
 
 def write_submission(run: Run, out: Path) -> dict[str, Any]:
@@ -40,7 +31,7 @@ def write_submission(run: Run, out: Path) -> dict[str, Any]:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ResultError(f"{out} exists and is not an empty folder; a submission bundle goes into a new one")
     results = run_results(run)
-    meta = run.meta()
+    meta = run.record()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # beside it: the move is a rename
     try:
@@ -49,10 +40,8 @@ def write_submission(run: Run, out: Path) -> dict[str, Any]:
         for folder in run.point_dirs():
             target = tmp / "points" / folder.name
             target.mkdir(parents=True)
-            for name in POINT_FILES:
-                if (folder / name).is_file():
-                    shutil.copy2(folder / name, target / name)
-            point = read_json(folder / POINT_JSON)
+            PointDir(folder).archive(target)
+            point = PointDir(folder).point().data
             software.append(_software(folder, point))
             if point.get("rules"):
                 try:
@@ -62,8 +51,8 @@ def write_submission(run: Run, out: Path) -> dict[str, Any]:
             else:
                 verdicts.append({"point": point["id"], "valid": False, "verdict": f"tag {point['tag']} has no rules"})
         write_json_atomic(tmp / RULES, {"valid": all(v["valid"] for v in verdicts), "points": verdicts})
-        write_json_atomic(tmp / PROVENANCE, {"run": run.id, "benchmark": run.benchmark, "command": meta.get("command"),
-                                             "versions": meta.get("versions"), "points": software})
+        write_json_atomic(tmp / PROVENANCE, {"run": run.id, "benchmark": run.benchmark, "command": list(meta.command),
+                                             "versions": meta.versions, "points": software})
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         write_json_atomic(tmp / MANIFEST, {str(p.relative_to(tmp)): _sha256(p) for p in files})
         if out.exists():
@@ -77,7 +66,7 @@ def write_submission(run: Run, out: Path) -> dict[str, Any]:
 
 def _software(folder: Path, point: dict[str, Any]) -> dict[str, Any]:
     """What the job ran on, as its log and its environment record say."""
-    result = read_json(folder / RESULT_JSON) if (folder / RESULT_JSON).is_file() else {}
+    result = PointDir(folder).result() or {}
     found = result.get("provenance") or {}
     environment = found.get("environment") or {}
     return {"point": point["id"], "trainer": point.get("trainer", "builtin"), "torch": found.get("torch"),

@@ -8,11 +8,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from nlp_bench.launch import states
-from nlp_bench.workspace import JOBSCRIPT
+from nlp_bench.store import states
+from nlp_bench.store.names import JOBSCRIPT
 
 
 def job_environment(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -24,11 +25,19 @@ def job_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-class Executor(Protocol):
-    """Runs a point's scripts somewhere and reports its state in the common vocabulary.
+@dataclass(frozen=True)
+class Cancelled:
+    """What became of a cancel: `confirmed` only when the scheduler shows every job of the chain ended."""
 
-    Every method takes the point folder, whose state.json carries the job id, so any process (a later
-    `bench status`, a resumed run) can pick up a job another process submitted.
+    confirmed: bool
+    detail: str
+
+
+class Executor(Protocol):
+    """Runs a point's scripts somewhere and reports its state in the store's vocabulary.
+
+    Every method takes the point folder, whose state.json carries the jobs of each attempt, so any
+    process (a later `bench status`, a resumed run) can pick up a job another process submitted.
     """
 
     name: str
@@ -37,19 +46,21 @@ class Executor(Protocol):
     queues: bool
     #: True where a job can be held until other jobs (by id) have completed successfully (`after`)
     holds_jobs: bool
+    #: why the scheduler did not answer the last question, for the views to say (None: it answered)
+    silence: str | None
 
     def check_available(self) -> None:
         """Raise LaunchError, before anything is written, when this executor cannot submit here."""
 
     def submit(self, point_dir: Path, chain: Sequence[str] = (JOBSCRIPT,), after: Sequence[str] = ()) -> str:
-        """Start the point's scripts in `chain` order, each only once the one before it completed
-        successfully (a failure ends the chain), the first only once every job in `after` completed.
-        Returns the id of the last script's job, which the point's state follows; state.json keeps every
-        id of the chain (`chain_job_ids`)."""
+        """Start a new attempt: the point's scripts in `chain` order, each only once the one before it
+        completed successfully (a failure ends the chain), the first only once every job in `after`
+        completed. Returns the id of the last script's job, which the point's state follows; the attempt
+        in state.json keeps every id of the chain and the sha256 of every script as submitted."""
 
     def poll(self, point_dir: Path) -> str: ...
 
-    def cancel(self, point_dir: Path) -> None: ...
+    def cancel(self, point_dir: Path) -> Cancelled: ...
 
 
 def wait(executor: Executor, point_dir: Path, interval_s: float = 1.0,

@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
-from nlp_bench.launch import states
 from nlp_bench.launch.executor import Executor
 from nlp_bench.launch.local import LocalExecutor
 from nlp_bench.launch.slurm import SlurmExecutor
+from nlp_bench.store import states
+from nlp_bench.store.point_folder import PointDir
 
 REGISTRY: dict[str, type] = {cls.name: cls for cls in (LocalExecutor, SlurmExecutor)}
 
@@ -21,11 +22,35 @@ def get_executor(name: str) -> Executor:
     return REGISTRY[name]()
 
 
-def refresh(point_dir: Path) -> str | None:
-    """Bring state.json up to date for a job some earlier process submitted (None if never submitted)."""
-    info = states.load(point_dir)
-    if info is None or "executor" not in info:
-        return None
-    if info.get("state") in states.TERMINAL:
-        return info["state"]
-    return get_executor(info["executor"]).poll(point_dir)
+class Refresher:
+    """Brings state.json up to date for jobs earlier processes submitted, one executor of each kind for
+    the whole view, so that a scheduler that did not answer is asked once, not once per point, and the
+    view can say so (`silences`)."""
+
+    def __init__(self, *known: Executor) -> None:
+        """`known`: executors already at work in this process (the local one holds its jobs' handles)."""
+        self._executors: dict[str, Executor] = {ex.name: ex for ex in known}
+
+    def executor(self, name: str) -> Executor:
+        if name not in self._executors:
+            self._executors[name] = get_executor(name)
+        return self._executors[name]
+
+    def refresh(self, point_dir: Path) -> str:
+        attempt = PointDir(point_dir).attempt()
+        if attempt is None:
+            return states.NOT_SUBMITTED
+        if attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
+            return attempt.state
+        return self.executor(attempt.executor).poll(point_dir)
+
+    @property
+    def silences(self) -> list[str]:
+        """One line per scheduler that did not answer: the states shown for its jobs are the last recorded."""
+        return [f"{name} did not answer ({ex.silence}): the states of its jobs are as last recorded"
+                for name, ex in self._executors.items() if ex.silence]
+
+
+def refresh(point_dir: Path) -> str:
+    """The point's state, asked of its executor where a job may still be running."""
+    return Refresher().refresh(point_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nlp_bench.launch import states
+from nlp_bench.store import states
 
 # (class, pattern) in order of precedence: the first match names the failure.
 _PATTERNS = [
@@ -35,6 +35,8 @@ def classify(state: str, exit_code: int | None, output: str) -> tuple[str | None
         return "node_failure", "a node of the job failed"
     if state == states.OUT_OF_MEMORY:
         return "out_of_memory", "the job ran out of host memory"
+    if state == states.LOST:
+        return "lost", "neither the scheduler nor the job's log says how the job ended"
     last_exception = None
     for line in output.splitlines():
         match = _EXCEPTION.match(line)

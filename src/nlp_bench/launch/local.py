@@ -1,10 +1,14 @@
-"""The local executor: run a jobscript on this machine as a one-node Slurm job would see it."""
+"""The local executor: run a jobscript on this machine as a one-node Slurm job would see it.
+
+A job is known by its process id together with the process's start time and the boot it started in, so
+that a later bench (or `bench cancel`) never mistakes, nor signals, an unrelated process that was given the
+same process id after the job ended.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -13,13 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
-from nlp_bench.launch import states
-from nlp_bench.launch.executor import job_environment
+from nlp_bench.launch.executor import Cancelled, job_environment
 from nlp_bench.launch.outcome import finish
-from nlp_bench.workspace import JOB_ERR, JOB_OUT, JOBSCRIPT, OUTPUTS
+from nlp_bench.store import protocol, states
+from nlp_bench.store.names import JOB_ERR, JOB_OUT, JOBSCRIPT, OUTPUTS, SUBMITTED
+from nlp_bench.store.point_folder import PointDir, sha256
 
-#: The jobscript's last line; lets a later process learn the exit code of a job it did not start.
-_EXIT_LINE = re.compile(r"^nlp-bench: training exited with code (\d+)", re.M)
+#: seconds a cancelled job gets to stop after SIGTERM (torchrun passes it on to its ranks), then SIGKILL
+TERM_GRACE_S = 15.0
 
 
 def _free_port() -> int:
@@ -39,12 +44,46 @@ def slurm_environment(point_dir: Path) -> dict[str, str]:
     }
 
 
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state is [0], start time [19]), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def identity(pid: int) -> dict[str, object]:
+    fields = _stat(pid)
+    return {"pid": pid, "start_ticks": int(fields[19]) if fields else None, "boot_id": _boot_id()}
+
+
+def _same_process(process: dict[str, object]) -> bool | None:
+    """Is the recorded job's process still this machine's process of that id? True: it is (alive or a
+    zombie); False: it ended (or the id now belongs to another process); None: the machine cannot tell."""
+    if process.get("boot_id") and _boot_id() and process["boot_id"] != _boot_id():
+        return False
+    fields = _stat(int(process["pid"]))
+    if fields is None:
+        return False if Path("/proc/self/stat").is_file() else None
+    if process.get("start_ticks") is not None and int(fields[19]) != process["start_ticks"]:
+        return False
+    return fields[0] != "Z"
+
+
 class LocalExecutor:
     """Runs one point at a time on this machine; a chain runs as one process, script after script."""
 
     name = "local"
     queues = False
     holds_jobs = False
+    silence = None
 
     def __init__(self) -> None:
         self._children: dict[str, subprocess.Popen] = {}
@@ -56,59 +95,77 @@ class LocalExecutor:
         if after:
             raise LaunchError("the local executor runs points one after another and cannot hold a job until "
                               "others end; --after needs a batch scheduler (a Slurm system)")
-        point_dir = Path(point_dir).resolve()
+        point = PointDir(Path(point_dir).resolve())
+        scripts = point.freeze_scripts(tuple(chain))
         *first, last = chain
-        # every script but the last writes its own output files and stops the chain when it fails
-        steps = "".join(f"bash ./{script} >{OUTPUTS[script][0]} 2>{OUTPUTS[script][1]} || exit $?; "
+        # every script but the last writes its own output files and stops the chain when it fails; each runs
+        # from submitted/, the copy hashed here, so editing the originals cannot change a running job
+        steps = "".join(f"bash ./{SUBMITTED}/{script} >{OUTPUTS[script][0]} 2>{OUTPUTS[script][1]} || exit $?; "
                         for script in first)
-        env = job_environment({**os.environ, **slurm_environment(point_dir), "MASTER_PORT": str(_free_port())})
-        with (point_dir / JOB_OUT).open("wb") as out, (point_dir / JOB_ERR).open("wb") as err:
-            # `exec` keeps one process, so the job id (the shell's pid) is also the pid to watch and signal
-            proc = subprocess.Popen(
-                ["bash", "-c", f"export SLURM_JOB_ID=$$ SLURM_JOBID=$$; {steps}exec bash ./{last}"],
-                cwd=point_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
+        env = job_environment({**os.environ, **slurm_environment(point.path), "MASTER_PORT": str(_free_port())})
+        point.begin_attempt(self.name, scripts_sha256={name: sha256(body) for name, body in scripts.items()})
+        try:
+            with (point.path / JOB_OUT).open("wb") as out, (point.path / JOB_ERR).open("wb") as err:
+                # `exec` keeps one process, so the job id (the shell's pid) is also the pid to watch and signal
+                proc = subprocess.Popen(
+                    ["bash", "-c", f"export SLURM_JOB_ID=$$ SLURM_JOBID=$$; {steps}exec bash ./{SUBMITTED}/{last}"],
+                    cwd=point.path, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            point.update(states.NOT_SUBMITTED, failure_detail=f"could not start bash: {exc.strerror}")
+            raise LaunchError(f"cannot start the job of {point.path}: {exc.strerror}") from None
         job_id = str(proc.pid)
         self._children[job_id] = proc
-        states.record(point_dir, states.RUNNING, executor=self.name, job_id=job_id, chain_job_ids=[job_id] * len(chain),
-                      submitted=states.now_iso(), started=states.now_iso())
+        point.update(states.RUNNING, job_id=job_id, chain_job_ids=[job_id] * len(chain),
+                     process=identity(proc.pid), started=point.attempt().submitted, times_from="bench")
         return job_id
 
     def poll(self, point_dir: Path) -> str:
-        info = states.load(point_dir) or {}
-        state = info.get("state", states.UNKNOWN)
-        if state in states.TERMINAL:
-            return state
-        job_id = info["job_id"]
-        proc = self._children.get(job_id)
+        point = PointDir(point_dir)
+        attempt = point.attempt()
+        if attempt is None:
+            return states.NOT_SUBMITTED
+        if attempt.state in states.TERMINAL or attempt.job_id is None:
+            return attempt.state if attempt.job_id or attempt.state in states.TERMINAL else states.NOT_SUBMITTED
+        proc = self._children.get(attempt.job_id)
         if proc is not None:
             code = proc.poll()
             if code is None:
                 return states.RUNNING
-            del self._children[job_id]
-        else:
-            if _alive(int(job_id)):
-                return states.RUNNING
-            code = _exit_code_from_log(Path(point_dir))
-        if code is not None and code < 0:  # killed by a signal
-            return finish(point_dir, states.CANCELLED, 128 - code)["state"]
-        return finish(point_dir, states.COMPLETED if code == 0 else states.FAILED, code)["state"]
+            del self._children[attempt.job_id]
+            if code < 0:  # killed by a signal
+                return finish(point_dir, states.CANCELLED, 128 - code).state
+            return finish(point_dir, states.COMPLETED if code == 0 else states.FAILED, code).state
+        alive = _same_process(attempt.process or {"pid": int(attempt.job_id)})
+        if alive or alive is None:
+            return states.RUNNING
+        ended = protocol.exit_of(point.path / JOB_OUT)
+        if ended is None:
+            return finish(point_dir, states.LOST, None).state
+        return finish(point_dir, states.COMPLETED if ended.code == 0 else states.FAILED, ended.code).state
 
-    def cancel(self, point_dir: Path) -> None:
-        """SIGTERM to the whole job (torchrun passes it on to its ranks), SIGKILL to what outlives a grace
-        period. The job's process tree is taken first: ranks may sit in sessions of their own."""
-        info = states.load(point_dir) or {}
-        if info.get("state") in states.TERMINAL or "job_id" not in info:
-            return
-        pid = int(info["job_id"])
+    def cancel(self, point_dir: Path) -> Cancelled:
+        """SIGTERM to the whole job, SIGKILL to what outlives a grace period. The job's processes are its
+        session's and their descendants, taken only while its process is the one recorded."""
+        point = PointDir(point_dir)
+        attempt = point.attempt()
+        if attempt is None or attempt.state in states.TERMINAL or attempt.job_id is None:
+            return Cancelled(True, "nothing to cancel")
+        pid = int(attempt.job_id)
+        if _same_process(attempt.process or {"pid": pid}) is False and (_stat(pid) is not None or not _session(pid)):
+            # ended on its own; where the id now names another process, the job's session is gone too (an id
+            # is not reused while its session lives), so nothing is signalled
+            self.poll(point_dir)
+            return Cancelled(True, f"job {pid} had already ended ({point.attempt().state})")
         tree = _process_tree(pid)
-        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
             for target in tree:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(target, sig)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline:
-                child = self._children.get(info["job_id"])
+                child = self._children.get(attempt.job_id)
                 if child is not None:
                     child.poll()  # reap the job's shell so it does not linger as a zombie
                 tree = {p for p in tree | _process_tree(pid) if _alive(p)}
@@ -117,24 +174,37 @@ class LocalExecutor:
                 time.sleep(0.1)
             if not tree:
                 break
-        self._children.pop(info["job_id"], None)
+        self._children.pop(attempt.job_id, None)
         finish(point_dir, states.CANCELLED, None)
+        if tree:
+            return Cancelled(False, f"processes {sorted(tree)} of job {pid} outlived SIGKILL")
+        return Cancelled(True, f"job {pid} ended")
+
+
+def _session(sid: int) -> set[int]:
+    """The processes of session `sid` (the job's shell started it: start_new_session)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        fields = _stat(int(stat.parent.name))
+        if fields and int(fields[3]) == sid:
+            found.add(int(stat.parent.name))
+    return found
 
 
 def _process_tree(root: int) -> set[int]:
-    """root and all its descendants, plus every process of its session (read from /proc)."""
+    """The job's session and every descendant of it (ranks may start sessions of their own). A session id
+    cannot be given to a new process while any member of the old session lives, so the members found are
+    the job's."""
     parents: dict[int, int] = {}
-    sessions: dict[int, int] = {}
+    tree = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
         pid = int(stat.parent.name)
-        parents[pid], sessions[pid] = int(fields[1]), int(fields[3])
-    tree = {p for p, sid in sessions.items() if sid == root}
-    if root in parents:
-        tree.add(root)
+        fields = _stat(pid)
+        if fields is None:
+            continue
+        parents[pid] = int(fields[1])
+        if int(fields[3]) == root:
+            tree.add(pid)
     grew = True
     while grew:
         more = {p for p, parent in parents.items() if parent in tree} - tree
@@ -143,22 +213,6 @@ def _process_tree(root: int) -> set[int]:
     return tree
 
 
-def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
-    if proc is not None:
-        return proc.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.is_file() and stat.read_text().split(")")[-1].split()[0] == "Z")
-
-
-def _exit_code_from_log(point_dir: Path) -> int | None:
-    out = point_dir / JOB_OUT
-    if not out.is_file():
-        return None
-    codes = _EXIT_LINE.findall(out.read_text(errors="replace"))
-    return int(codes[-1]) if codes else None
+def _alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"

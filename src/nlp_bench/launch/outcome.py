@@ -3,10 +3,15 @@ calls this, so a job's end is judged the same way whichever scheduler ran it."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from nlp_bench.launch import failures, states
-from nlp_bench.workspace import JOB_ERR, JOB_OUT
+from nlp_bench.launch import failures
+from nlp_bench.store import protocol, states
+from nlp_bench.store.names import JOB_ERR, JOB_OUT
+from nlp_bench.store.point_folder import PointDir
+from nlp_bench.store.records import Attempt, now_iso
 
 
 def output_text(point_dir: Path, tail_bytes: int = 200_000) -> str:
@@ -14,17 +19,35 @@ def output_text(point_dir: Path, tail_bytes: int = 200_000) -> str:
     parts = []
     for name in (JOB_OUT, JOB_ERR):
         path = Path(point_dir) / name
-        if path.is_file():
+        try:
             with path.open("rb") as fh:
-                fh.seek(max(0, path.stat().st_size - tail_bytes))
+                fh.seek(0, 2)
+                fh.seek(max(0, fh.tell() - tail_bytes))
                 parts.append(fh.read().decode("utf-8", "replace"))
+        except OSError:
+            continue
     return "\n".join(parts)
 
 
-def finish(point_dir: Path, state: str, exit_code: int | None, **extra) -> dict:
-    """Record a terminal state with its failure class (and what else the scheduler said of the job)."""
+def finish(point_dir: Path, state: str, exit_code: int | None, *, started: datetime | None = None,
+           finished: datetime | None = None, times_from: str | None = None, **extra: Any) -> Attempt:
+    """Record a terminal state with its failure class. The times are the scheduler's where it gave them,
+    else the job's own log's (its first and last lines), else bench's: now."""
+    point = PointDir(point_dir)
+    current = point.attempt()
+    if current is not None and current.state in states.TERMINAL:
+        return current  # another process (a cancel, a second bench) recorded the end first
     failure, detail = failures.classify(state, exit_code, output_text(point_dir))
     if failure is not None and state == states.COMPLETED:
         state = states.FAILED
-    return states.record(point_dir, state, exit_code=exit_code, failure_class=failure, failure_detail=detail,
-                         finished=states.now_iso(), **extra)
+    log = Path(point_dir) / JOB_OUT
+    ended = protocol.exit_of(log)
+    if finished is None and ended is not None and ended.at is not None:
+        finished, times_from = ended.at, times_from or "log"
+    if started is None and (current is None or not current.started):
+        started = protocol.started_at(log)
+    times = {"finished": finished.isoformat() if finished else now_iso(), "times_from": times_from or "bench"}
+    if started is not None:
+        times["started"] = started.isoformat()
+    return point.update(state, exit_code=exit_code, failure_class=failure, failure_detail=detail,
+                        **times, **extra)

@@ -12,7 +12,8 @@ import jinja2
 from nlp_bench.paths import slurm_dir
 from nlp_bench.spec.benchmark import Point
 from nlp_bench.spec.trainers import MEGATRON_LM
-from nlp_bench.workspace import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT, TRAIN_ARGS_FILE
+from nlp_bench.store import protocol
+from nlp_bench.store.names import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT, TRAIN_ARGS_FILE
 
 TEMPLATE = "jobscript.sbatch.j2"
 #: Seconds without a new iteration line after which a job's watchdog ends it. Generous: a 175B start-up
@@ -87,7 +88,7 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
         p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
         train_flags=train_flags(train), compile=compile_job, megatron=point.trainer == MEGATRON_LM,
         megatron_repo=point.system.megatron_lm_repo,
-        train_args_file=TRAIN_ARGS_FILE,
+        train_args_file=TRAIN_ARGS_FILE, started_line=protocol.STARTED, exited_line=protocol.EXITED,
         out_name=COMPILE_OUT if compile_job else JOB_OUT, err_name=COMPILE_ERR if compile_job else JOB_ERR,
         # the command is a site setting; NLP_BENCH_COMPILE_COMMAND replaces it at submission (a stand-in, say)
         launch_prefix=f'${{NLP_BENCH_COMPILE_COMMAND:-{point.system.compile_command}}} ' if compile_job else "",

@@ -1,22 +1,90 @@
-"""The Slurm executor: sbatch --parsable to submit; sacct, then squeue, then scontrol to watch."""
+"""The Slurm executor: sbatch to submit; sacct, then squeue and scontrol, then the job's own last line to
+watch; scancel, confirmed, to cancel.
+
+What it assumes of Slurm is only what Slurm promises: an answer may be lost (a busy controller makes sbatch
+time out although it queued the job), a finished job is forgotten by the controller after MinJobAge and is
+remembered only where accounting runs, and a controller may not answer at all. So a submission is recorded
+before sbatch is called and, when its answer is lost, found again by the job's name and folder before
+anything is submitted twice; a job no one remembers becomes LOST after a while instead of RUNNING for ever;
+and a view says when Slurm did not answer instead of showing stale states as news.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
-from nlp_bench.launch import states
-from nlp_bench.launch.executor import job_environment
+from nlp_bench.launch.executor import Cancelled, job_environment
 from nlp_bench.launch.outcome import finish
-from nlp_bench.workspace import JOB_OUT, JOBSCRIPT
+from nlp_bench.store import protocol, states
+from nlp_bench.store.names import JOB_OUT, JOBSCRIPT
+from nlp_bench.store.point_folder import PointDir, sha256
+from nlp_bench.store.records import Attempt, now_iso, parse_time
 
 
-def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+def _seconds(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+#: how long one Slurm query may take before the controller counts as not answering
+QUERY_TIMEOUT_S = _seconds("NLP_BENCH_SLURM_TIMEOUT", 20)
+#: how long sbatch may take (a busy controller answers late; sbatch itself gives up after MessageTimeout)
+SUBMIT_TIMEOUT_S = _seconds("NLP_BENCH_SBATCH_TIMEOUT", 60)
+#: how long a submission whose answer was lost is looked for before bench leaves it to a later `bench status`
+RECONCILE_S = _seconds("NLP_BENCH_RECONCILE_TIMEOUT", 120)
+#: a job that neither accounting nor the controller knows, and whose log has no exit line, is LOST after this
+LOST_AFTER_S = _seconds("NLP_BENCH_LOST_AFTER", 600)
+#: how long a cancel waits for Slurm to show the jobs ended
+CANCEL_CONFIRM_S = _seconds("NLP_BENCH_CANCEL_CONFIRM", 30)
+#: after the controller did not answer, this long without asking it again (one slow status, not forty)
+SILENT_BACKOFF_S = 30.0
+
+#: Slurm's state names (sacct / squeue long and short forms) mapped onto the store's vocabulary
+SLURM_STATES = {
+    "PENDING": states.PENDING, "CONFIGURING": states.PENDING, "REQUEUED": states.PENDING,
+    "RESV_DEL_HOLD": states.PENDING, "REQUEUE_HOLD": states.PENDING, "REQUEUE_FED": states.PENDING,
+    "RUNNING": states.RUNNING, "COMPLETING": states.RUNNING, "STAGE_OUT": states.RUNNING,
+    "SUSPENDED": states.RUNNING, "RESIZING": states.RUNNING, "SIGNALING": states.RUNNING,
+    "COMPLETED": states.COMPLETED, "FAILED": states.FAILED, "BOOT_FAIL": states.NODE_FAIL,
+    "DEADLINE": states.TIMEOUT, "TIMEOUT": states.TIMEOUT, "CANCELLED": states.CANCELLED,
+    "PREEMPTED": states.CANCELLED, "REVOKED": states.CANCELLED, "NODE_FAIL": states.NODE_FAIL,
+    "OUT_OF_MEMORY": states.OUT_OF_MEMORY,
+    "PD": states.PENDING, "R": states.RUNNING, "CG": states.RUNNING, "CD": states.COMPLETED, "F": states.FAILED,
+    "TO": states.TIMEOUT, "CA": states.CANCELLED, "NF": states.NODE_FAIL, "OOM": states.OUT_OF_MEMORY,
+}
+
+
+def from_slurm(state: str) -> str:
+    """Normalise a Slurm state ('CANCELLED by 0', 'CD', ...) to the store's vocabulary."""
+    word = state.split()[0].rstrip("+") if state.strip() else ""
+    return SLURM_STATES.get(word, states.UNKNOWN)
+
+
+#: sbatch's words for a request whose answer was lost: the job may have been queued all the same
+_LOST_ANSWER = re.compile(r"Socket timed out|Zero Bytes were transmitted|Communication connection failure|"
+                          r"Transport endpoint|Resource temporarily unavailable|Connection reset", re.I)
+#: a query about a job Slurm does not know (as opposed to a query Slurm did not answer)
+_UNKNOWN_JOB = re.compile(r"Invalid job id|does not exist|not found", re.I)
+_ACCOUNTING_OFF = re.compile(r"accounting storage is disabled|not running a supported accounting", re.I)
+
+
+class _NoAnswer(Exception):
+    """The controller (or the command) did not answer; the message says how."""
+
+
+class _Refused(Exception):
+    """sbatch answered no; the message is its reason."""
 
 
 def require(tool: str) -> str:
@@ -27,121 +95,314 @@ def require(tool: str) -> str:
     return path
 
 
+def _environment() -> dict[str, str]:
+    """Times in UTC and one format, whatever the user's time zone or SLURM_TIME_FORMAT."""
+    return {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
+
+
+def _ask(cmd: list[str], timeout: float = QUERY_TIMEOUT_S, body: bytes | None = None,
+         cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a Slurm command; _NoAnswer when it cannot start, times out, or reports a lost connection."""
+    try:
+        proc = subprocess.run(cmd, input=body, capture_output=True, timeout=timeout, cwd=cwd,
+                              env=env or _environment())
+    except subprocess.TimeoutExpired:
+        raise _NoAnswer(f"{Path(cmd[0]).name} did not answer within {timeout:.0f} s") from None
+    except OSError as exc:
+        raise _NoAnswer(f"{Path(cmd[0]).name} could not run: {exc.strerror}") from None
+    out = proc.stderr.decode(errors="replace").strip() or proc.stdout.decode(errors="replace").strip()
+    if proc.returncode != 0 and (_LOST_ANSWER.search(out) or "Unable to contact slurm controller" in out):
+        raise _NoAnswer(f"{Path(cmd[0]).name}: {out.splitlines()[-1] if out else proc.returncode}")
+    return proc
+
+
+def _text(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout.decode(errors="replace")
+
+
+def _moment(raw: str) -> datetime | None:
+    """A Slurm time (asked for in UTC), None for Unknown/None/N/A."""
+    try:
+        return datetime.fromisoformat(raw.strip()).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A job as Slurm describes it."""
+
+    state: str
+    exit_code: int | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    energy_j: float | None = None
+
+
+def _script_job_name(body: bytes) -> str | None:
+    found = re.search(rb"^#SBATCH\s+(?:--job-name[= ]|-J\s*)(\S+)", body, re.M)
+    return found.group(1).decode(errors="replace") if found else None
+
+
 class SlurmExecutor:
     name = "slurm"
     queues = True
     holds_jobs = True
 
+    def __init__(self) -> None:
+        self.silence: str | None = None
+        self._silent_until = 0.0
+        self._accounting: bool | None = None  # None: not asked yet
+
     def check_available(self) -> None:
         require("sbatch")
 
-    def _sbatch(self, point_dir: Path, script: str, options: list[str]) -> str:
-        proc = subprocess.run([require("sbatch"), "--parsable", *options, script], cwd=Path(point_dir),
-                              env=job_environment(),
-                              capture_output=True, text=True, timeout=60)
+    # --- asking Slurm -----------------------------------------------------------------------------
+
+    def _controller(self, cmd: list[str]) -> subprocess.CompletedProcess:
+        """A question for the controller, unless it stayed silent a moment ago."""
+        if time.monotonic() < self._silent_until:
+            raise _NoAnswer(self.silence or "the controller did not answer")
+        try:
+            proc = _ask(cmd)
+        except _NoAnswer as exc:
+            self.silence, self._silent_until = str(exc), time.monotonic() + SILENT_BACKOFF_S
+            raise
+        return proc
+
+    def _sacct(self, args: list[str]) -> list[list[str]] | None:
+        """Rows of sacct (fields split), or None where accounting does not answer."""
+        if self._accounting is False or shutil.which("sacct") is None:
+            return None
+        try:
+            proc = _ask(["sacct", "-X", "-n", "-P", *args])
+        except _NoAnswer:
+            return None  # accounting is a help, not a need: squeue and scontrol still answer
         if proc.returncode != 0:
-            raise LaunchError(f"sbatch refused {Path(point_dir) / script}: {proc.stderr.strip() or proc.stdout.strip()}")
-        return proc.stdout.strip().split(";")[0]
+            if _ACCOUNTING_OFF.search(proc.stderr.decode(errors="replace")):
+                self._accounting = False
+            return None
+        self._accounting = True
+        return [line.split("|") for line in _text(proc).splitlines() if line.strip()]
+
+    def _look(self, job_id: str) -> Seen | None:
+        """How Slurm describes the job; None when it answers that it does not know it. _NoAnswer when the
+        controller was needed and did not answer."""
+        rows = self._sacct(["-j", job_id, "-o", "JobID,State,ExitCode,Start,End,ConsumedEnergyRaw"])
+        for row in rows or []:
+            if len(row) >= 6 and row[0] == job_id:
+                code = row[2].split(":")[0]
+                try:
+                    energy = float(row[5]) if row[5] else None
+                except ValueError:
+                    energy = None
+                return Seen(from_slurm(row[1]), int(code) if code.isdigit() else None, _moment(row[3]),
+                            _moment(row[4]), energy if energy else None)
+        if shutil.which("scontrol") is None:
+            return None
+        proc = self._controller(["scontrol", "show", "job", job_id])
+        if proc.returncode != 0:
+            if _UNKNOWN_JOB.search(proc.stderr.decode(errors="replace")):
+                return None
+            raise _NoAnswer(f"scontrol: {proc.stderr.decode(errors='replace').strip()}")
+        text = _text(proc)
+        state = re.search(r"JobState=(\S+)", text)
+        if not state:
+            return None
+        code = re.search(r"ExitCode=(\d+):", text)
+        start, end = re.search(r"StartTime=(\S+)", text), re.search(r"EndTime=(\S+)", text)
+        found = from_slurm(state.group(1))
+        running = found == states.RUNNING or found in states.TERMINAL
+        return Seen(found, int(code.group(1)) if code else None, _moment(start.group(1)) if start and running else None,
+                    _moment(end.group(1)) if end and found in states.TERMINAL else None)
+
+    # --- submitting -------------------------------------------------------------------------------
+
+    def _sbatch(self, point: PointDir, body: bytes, name: str, options: list[str]) -> str:
+        """Submit the script's bytes on sbatch's standard input: what Slurm keeps is what was hashed."""
+        cmd = [require("sbatch"), "--parsable", *options, f"--job-name={name}"]
+        proc = _ask(cmd, SUBMIT_TIMEOUT_S, body, point.path, job_environment(_environment()))
+        if proc.returncode != 0:
+            raise _Refused(proc.stderr.decode(errors="replace").strip() or _text(proc).strip())
+        return _text(proc).strip().split(";")[0]
 
     def submit(self, point_dir: Path, chain: Sequence[str] = (JOBSCRIPT,), after: Sequence[str] = ()) -> str:
         """Each script of the chain held (afterok) until the one before it completed; a failed step cancels
         the rest (--kill-on-invalid-dep) instead of leaving them pending for ever. The jobs in `after` hold
         the first script only: the others wait on it anyway."""
+        point = PointDir(point_dir)
+        bodies = point.freeze_scripts(tuple(chain))
+        names = [_script_job_name(bodies[s]) or s for s in chain]
+        point.begin_attempt(self.name, job_names=names,
+                            scripts_sha256={script: sha256(body) for script, body in bodies.items()})
         ids: list[str] = []
-        for script in chain:
+        for script, name in zip(chain, names, strict=True):
             held = [ids[-1]] if ids else list(after)
             options = [f"--dependency=afterok:{':'.join(held)}"] if held else []
             if ids:
                 options.append("--kill-on-invalid-dep=yes")
-            ids.append(self._sbatch(point_dir, script, options))
-        states.record(point_dir, states.PENDING, executor=self.name, job_id=ids[-1], chain_job_ids=ids,
-                      submitted=states.now_iso())
+            try:
+                ids.append(self._sbatch(point, bodies[script], name, options))
+            except _Refused as exc:
+                self._abandon(point, ids, f"sbatch refused {script}: {exc}")
+                raise LaunchError(f"sbatch refused {point.path / script}: {exc}") from None
+            except _NoAnswer as exc:
+                point.update(chain_job_ids=list(ids))
+                try:
+                    found = self._find_until(point, name, time.monotonic() + RECONCILE_S)
+                except _NoAnswer:
+                    raise LaunchError(f"sbatch did not answer for {point.path / script} ({exc}) and Slurm could not "
+                                      "be asked whether it queued the job; nothing is submitted again for this "
+                                      "point until `bench status` finds out") from None
+                if found is None:
+                    self._abandon(point, ids, f"sbatch did not answer ({exc}), and Slurm has no job {name!r} in "
+                                              f"{point.path}: nothing was queued")
+                    raise LaunchError(f"sbatch did not answer for {point.path / script} ({exc}), and Slurm has no "
+                                      "such job: nothing was queued") from None
+                ids.append(found)
+            point.update(chain_job_ids=list(ids))
+        point.update(states.PENDING, job_id=ids[-1], chain_job_ids=ids)
         return ids[-1]
 
+    def _abandon(self, point: PointDir, ids: list[str], why: str) -> None:
+        """A chain that could not be submitted whole: its queued jobs are cancelled, the point is runnable
+        again."""
+        if ids:
+            try:
+                _ask([require("scancel"), *ids])
+            except _NoAnswer as exc:
+                why += f"; scancel of the chain's jobs {', '.join(ids)} did not answer ({exc})"
+        point.update(states.NOT_SUBMITTED, chain_job_ids=ids, failure_class="usage", failure_detail=why)
+
+    def _find_until(self, point: PointDir, name: str, deadline: float) -> str | None:
+        """_find, asked again while the controller does not answer, until `deadline`."""
+        while True:
+            try:
+                return self._find(point, name, point.attempt())
+            except _NoAnswer:
+                if time.monotonic() >= deadline:
+                    raise
+                self._silent_until = 0.0
+                time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
+
+    def _reconcile(self, point: PointDir) -> Attempt:
+        """An attempt whose submission answer was lost (or whose bench died while submitting): its jobs are
+        found by name and folder. Ends PENDING with their ids, NOT_SUBMITTED (its queued jobs cancelled)
+        where Slurm lacks one, or still SUBMITTING where Slurm did not answer."""
+        attempt = point.attempt()
+        ids = list(attempt.chain_job_ids)
+        try:
+            for name in attempt.job_names[len(ids):]:
+                found = self._find(point, name, attempt)
+                if found is None:
+                    self._abandon(point, ids, f"the submission's answer was lost, and Slurm has no job {name!r} in "
+                                              f"{point.path}: nothing (more) was queued")
+                    return point.attempt()
+                ids.append(found)
+        except _NoAnswer:
+            return attempt
+        return point.update(states.PENDING, job_id=ids[-1], chain_job_ids=ids)
+
+    def _find(self, point: PointDir, name: str, attempt: Attempt) -> str | None:
+        """The id of the job of this name, in this folder, submitted for this attempt; None if Slurm has none."""
+        since = (parse_time(attempt.submitted) or datetime.now(timezone.utc)) - timedelta(minutes=5)
+        earlier = {j for a in point.state().attempts[:-1] for j in a.chain_job_ids}
+        folder = str(point.path.resolve())
+        candidates = []
+        proc = self._controller(["squeue", "-h", "-t", "all", "-n", name, "-o", "%i|%Z|%V"])
+        if proc.returncode == 0:
+            candidates += [line.split("|") for line in _text(proc).splitlines() if line.count("|") == 2]
+        rows = self._sacct(["--name", name, "-S", since.strftime("%Y-%m-%dT%H:%M:%S"), "-o", "JobID,WorkDir,Submit"])
+        candidates += [row for row in rows or [] if len(row) == 3]
+        for job_id, workdir, submitted in candidates:
+            when = _moment(submitted)
+            if job_id not in earlier and _same_folder(workdir, folder) and (when is None or when >= since):
+                return job_id
+        return None
+
+    # --- watching ---------------------------------------------------------------------------------
+
     def poll(self, point_dir: Path) -> str:
-        info = states.load(point_dir) or {}
-        if info.get("state") in states.TERMINAL:
-            return info["state"]
-        job_id = info["job_id"]
-        found = _sacct(job_id) or _squeue(job_id) or _scontrol(job_id) or _sentinel(Path(point_dir))
-        if found is None:
-            return info.get("state", states.UNKNOWN)
-        state, exit_code = found
-        if state in states.TERMINAL:
-            energy = consumed_energy(job_id)
-            return finish(point_dir, state, exit_code, **({"consumed_energy_j": energy} if energy else {}))["state"]
-        if state != info.get("state"):
-            extra = {"started": states.now_iso()} if state == states.RUNNING else {}
-            states.record(point_dir, state, **extra)
-        return state
+        point = PointDir(point_dir)
+        attempt = point.attempt()
+        if attempt is None:
+            return states.NOT_SUBMITTED
+        if attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
+            return attempt.state
+        if attempt.state == states.SUBMITTING:
+            attempt = self._reconcile(point)
+            if attempt.state != states.PENDING:
+                return attempt.state
+        try:
+            seen = self._look(attempt.job_id)
+        except _NoAnswer:
+            return attempt.state
+        if seen is None:
+            return self._unseen(point, attempt)
+        if seen.state in states.TERMINAL:
+            extra = {"consumed_energy_j": seen.energy_j} if seen.energy_j else {}
+            return finish(point_dir, seen.state, seen.exit_code, started=seen.started, finished=seen.finished,
+                          times_from="scheduler" if seen.finished else None, unseen_since=None, **extra).state
+        fields = {"unseen_since": None} if attempt.unseen_since else {}
+        if seen.started and not attempt.started:
+            fields.update(started=seen.started.isoformat(), times_from="scheduler")
+        if seen.state != attempt.state or fields:
+            point.update(seen.state if seen.state != attempt.state else None, **fields)
+        return seen.state
 
-    def cancel(self, point_dir: Path) -> None:
-        info = states.load(point_dir) or {}
-        if info.get("job_id") and info.get("state") not in states.TERMINAL:
-            _run([require("scancel"), info["job_id"]])
+    def _unseen(self, point: PointDir, attempt: Attempt) -> str:
+        """Slurm answered and knows nothing of the job: the job's own last line says how it ended; without
+        one, the job is LOST once Slurm has not known it for LOST_AFTER_S."""
+        ended = protocol.exit_of(point.path / JOB_OUT)
+        if ended is not None:
+            return finish(point.path, states.COMPLETED if ended.code == 0 else states.FAILED, ended.code).state
+        since = parse_time(attempt.unseen_since)
+        if since is None:
+            point.update(unseen_since=now_iso())
+        elif (datetime.now(timezone.utc) - since).total_seconds() >= LOST_AFTER_S:
+            return finish(point.path, states.LOST, None).state
+        return attempt.state
+
+    # --- cancelling -------------------------------------------------------------------------------
+
+    def cancel(self, point_dir: Path) -> Cancelled:
+        """scancel every job of the chain, then wait until Slurm shows them ended: a cancel is confirmed only
+        then."""
+        point = PointDir(point_dir)
+        attempt = point.attempt()
+        if attempt is not None and attempt.state == states.SUBMITTING:
+            attempt = self._reconcile(point)
+        if attempt is None or attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
+            return Cancelled(True, "nothing to cancel")
+        if attempt.state == states.SUBMITTING:
+            return Cancelled(False, f"Slurm did not answer whether the job was queued ({self.silence})")
+        ids = list(attempt.chain_job_ids or [attempt.job_id])
+        try:
+            proc = _ask([require("scancel"), *ids])
+        except _NoAnswer as exc:
+            return Cancelled(False, f"scancel did not answer ({exc}); jobs {', '.join(ids)} may still run")
+        complaint = proc.stderr.decode(errors="replace").strip()
+        if proc.returncode != 0 and not re.search(r"already complet|Invalid job id", complaint, re.I):
+            return Cancelled(False, f"scancel refused: {complaint}")
+        deadline = time.monotonic() + CANCEL_CONFIRM_S
+        left = ids
+        while True:
+            try:
+                left = [j for j in left if (seen := self._look(j)) is not None and seen.state not in states.TERMINAL]
+            except _NoAnswer as exc:
+                return Cancelled(False, f"Slurm did not confirm the cancel ({exc}); jobs {', '.join(left)} may still run")
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        if left:
+            return Cancelled(False, f"Slurm accepted the cancel, but jobs {', '.join(left)} still run after "
+                                    f"{CANCEL_CONFIRM_S:.0f} s")
+        self.poll(point_dir)
+        return Cancelled(True, f"jobs {', '.join(ids)} ended")
 
 
-def _sacct(job_id: str) -> tuple[str, int | None] | None:
-    if shutil.which("sacct") is None:
-        return None
-    proc = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode"])
-    line = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
-    if not line:
-        return None
-    state, _, code = line.partition("|")
-    return states.from_slurm(state), int(code.split(":")[0]) if code else None
-
-
-def consumed_energy(job_id: str) -> float | None:
-    """Joules the job's nodes used as Slurm's energy accounting counted them (sacct ConsumedEnergyRaw);
-    None where the site does not collect it (the field is empty or 0)."""
-    if shutil.which("sacct") is None:
-        return None
-    proc = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "ConsumedEnergyRaw"])
-    lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
+def _same_folder(workdir: str, folder: str) -> bool:
     try:
-        joules = float(lines[0]) if lines else 0.0
-    except ValueError:
-        return None
-    return joules if joules > 0 else None
-
-
-def _squeue(job_id: str) -> tuple[str, int | None] | None:
-    proc = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"]) if shutil.which("squeue") else None
-    if proc is None or proc.returncode != 0 or not proc.stdout.strip():
-        return None
-    state = states.from_slurm(proc.stdout.strip().splitlines()[0])
-    if state in states.TERMINAL:
-        return _scontrol(job_id) or (state, None)
-    return state, None
-
-
-def _scontrol(job_id: str) -> tuple[str, int | None] | None:
-    proc = _run(["scontrol", "show", "job", job_id]) if shutil.which("scontrol") else None
-    if proc is None or proc.returncode != 0:
-        return None
-    state = re.search(r"JobState=(\S+)", proc.stdout)
-    code = re.search(r"ExitCode=(\d+):", proc.stdout)
-    if not state:
-        return None
-    return states.from_slurm(state.group(1)), int(code.group(1)) if code else None
-
-
-_EXITED = re.compile(rb"^nlp-bench: training exited with code (\d+)", re.M)
-
-
-def _sentinel(point_dir: Path) -> tuple[str, int] | None:
-    """The jobscript's own last word in job.out, for a job Slurm has forgotten (no accounting, and older
-    than MinJobAge): it says how the training ended, if not why."""
-    try:
-        with (point_dir / JOB_OUT).open("rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 4096))
-            tail = fh.read()
-    except FileNotFoundError:
-        return None
-    found = _EXITED.findall(tail)
-    if not found:
-        return None
-    code = int(found[-1])
-    return (states.COMPLETED if code == 0 else states.FAILED), code
+        return Path(workdir).resolve() == Path(folder)
+    except OSError:
+        return workdir == folder

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from nlp_bench.analysis.parsers import parse_file
-from nlp_bench.fsio import read_json
-from nlp_bench.workspace import JOB_OUT, POINT_JSON, STATE_JSON, read_optional
+from nlp_bench.store import states
+from nlp_bench.store.names import JOB_OUT
+from nlp_bench.store.point_folder import PointDir
 
 COLUMNS = ("point", "state", "job", "elapsed", "iteration", "tokens/s", "ETA", "failure")
 
@@ -21,26 +21,33 @@ def _clock(seconds: float | None) -> str:
 
 
 def point_status(point_dir: Path) -> dict[str, Any]:
-    point = read_json(point_dir / POINT_JSON)
-    state = read_optional(point_dir / STATE_JSON) or {}
+    """Where the point's current attempt stands (an earlier attempt's failure is not this one's)."""
+    folder = PointDir(point_dir)
+    point = folder.point()
+    attempt = folder.attempt()
     records = parse_file(point_dir / JOB_OUT) if (point_dir / JOB_OUT).is_file() else []
     last = records[-1] if records else None
-    elapsed = None
-    if state.get("started"):
-        end = datetime.fromisoformat(state["finished"]) if state.get("finished") else datetime.now(timezone.utc)
-        elapsed = (end - datetime.fromisoformat(state["started"])).total_seconds()
     tokens = eta = None
     if last is not None:
-        tokens = (last.global_batch_size or point["layout"]["global_batch_size"]) * point["model"]["seq_length"] \
-            / last.iteration_time_s
-        if state.get("state") == "RUNNING":
+        tokens = (last.global_batch_size or point.global_batch_size) * point.seq_length / last.iteration_time_s
+        if attempt is not None and attempt.state == states.RUNNING and last.total_iterations:
             eta = (last.total_iterations - last.iteration) * last.iteration_time_s
+    failure = ""
+    if attempt is not None and attempt.failure_class:
+        failure = f"{attempt.failure_class}: {attempt.failure_detail}"
+    elif attempt is not None and attempt.state == states.NOT_SUBMITTED and attempt.failure_detail:
+        failure = attempt.failure_detail
     return {
-        "point": point["id"], "state": state.get("state", "NOT_SUBMITTED"), "job": state.get("job_id") or "-",
-        "elapsed": _clock(elapsed), "iteration": f"{last.iteration}/{last.total_iterations}" if last else "-",
-        "tokens/s": f"{tokens:,.0f}" if tokens else "-", "ETA": _clock(eta),
-        "failure": f"{state['failure_class']}: {state.get('failure_detail')}" if state.get("failure_class") else "",
+        "point": point.id, "state": attempt.state if attempt else states.NOT_SUBMITTED,
+        "job": (attempt.job_id if attempt else None) or "-", "elapsed": _clock(attempt.elapsed_s() if attempt else None),
+        "iteration": f"{last.iteration}/{last.total_iterations}" if last else "-",
+        "tokens/s": f"{tokens:,.0f}" if tokens else "-", "ETA": _clock(eta), "failure": failure,
     }
+
+
+def missing_status(point_id: str) -> dict[str, Any]:
+    return {"point": point_id, "state": states.MISSING, "job": "-", "elapsed": "-", "iteration": "-",
+            "tokens/s": "-", "ETA": "-", "failure": "the folder is gone (run.json lists it)"}
 
 
 #: the columns kept first when the terminal is narrow

@@ -1,0 +1,54 @@
+"""What the commands that show runs share: the runs asked for, each point's state brought up to date, and
+everything that could not be shown (a damaged record, a gone folder, a scheduler that did not answer)
+collected to be said after the output, so that one bad file never hides the rest."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from nlp_bench.analysis.results import Problems
+from nlp_bench.launch.executors import Refresher
+from nlp_bench.store.files import StoreError
+from nlp_bench.store.runs import Run, find_run, list_runs
+
+
+class View:
+    def __init__(self, results_dir: Path) -> None:
+        self.results_dir = Path(results_dir)
+        self.refresher = Refresher()
+        self.problems = Problems()
+
+    def refreshed(self, run: Run) -> Run:
+        """The run, with the state of every unfinished job asked of its executor first."""
+        for point in run.points():
+            if not point.exists():
+                continue
+            try:
+                self.refresher.refresh(point.path)
+            except StoreError as exc:
+                self.problems.add(str(exc))
+        return run
+
+    def run(self, ref: str | None) -> Run:
+        return self.refreshed(find_run(self.results_dir, ref))
+
+    def every_run(self) -> list[Run]:
+        """Every readable run, oldest first; damaged ones are named among the problems."""
+        listing = list_runs(self.results_dir)
+        for line in listing.broken:
+            self.problems.add(line)
+        if not listing.runs:
+            find_run(self.results_dir, None)  # says where it looked, and why nothing is there
+        return [self.refreshed(run) for run in listing.runs]
+
+    def warnings(self) -> list[str]:
+        return [*self.refresher.silences, *dict.fromkeys(self.problems.lines)]
+
+    def tell(self) -> None:
+        """Say on stderr what could not be shown; a command that showed something still exits 0."""
+        lines = self.warnings()
+        if lines:
+            print(f"bench: warning: {len(lines)} thing(s) could not be shown as they are:", file=sys.stderr)
+            for line in lines:
+                print(f"  {line}", file=sys.stderr)

@@ -1,0 +1,194 @@
+"""A point's folder: its records, read and validated, and the record of its jobs' lives (state.json)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nlp_bench.store import locks, states
+from nlp_bench.store.files import StoreError, os_reason, read_object, write_object, write_text
+from nlp_bench.store.names import (
+    ARCHIVED,
+    COMPILE_SCRIPT,
+    JOB_ERR,
+    JOB_OUT,
+    JOBSCRIPT,
+    OUTPUTS,
+    POINT_JSON,
+    POINT_LOCK,
+    PREDICTION_JSON,
+    RESULT_JSON,
+    STATE_JSON,
+    SUBMITTED,
+)
+from nlp_bench.store.records import Attempt, PointRecord, StateRecord, now_iso
+
+
+@dataclass(frozen=True)
+class PointDir:
+    """One point of a run on disk. Every read goes to the disk: another process (a job, a second bench)
+    may have changed the files since the last one."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    def exists(self) -> bool:
+        return (self.path / POINT_JSON).is_file()
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    # --- the resolved point and what was predicted of it ------------------------------------------------
+
+    def point(self) -> PointRecord:
+        path = self.path / POINT_JSON
+        return PointRecord.read(read_object(path), path)
+
+    def write_point(self, data: dict[str, Any], jobscript: str, compile_script: str | None = None) -> None:
+        """point.json and the scripts (executable, so they also run by hand); while a run is created."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot make {self.path}: {os_reason(exc)}") from None
+        write_object(self.path / POINT_JSON, data, durable=False)
+        write_text(self.path / JOBSCRIPT, jobscript, mode=0o755, durable=False)
+        if compile_script is not None:
+            write_text(self.path / COMPILE_SCRIPT, compile_script, mode=0o755, durable=False)
+
+    def prediction(self) -> dict[str, Any] | None:
+        path = self.path / PREDICTION_JSON
+        return read_object(path) if path.is_file() else None
+
+    def write_prediction(self, data: dict[str, Any]) -> None:
+        write_object(self.path / PREDICTION_JSON, data, durable=False)
+
+    # --- the parsed result --------------------------------------------------------------------------
+
+    def result(self) -> dict[str, Any] | None:
+        path = self.path / RESULT_JSON
+        if not path.is_file():
+            return None
+        data = read_object(path)
+        for key in ("summary", "records"):
+            if key not in data:
+                raise StoreError(f"{path}: {key} is missing; delete the file and it is made again from job.out")
+        if not isinstance(data["records"], list) or not isinstance(data["summary"], (dict, type(None))):
+            raise StoreError(f"{path}: records must be a list and summary an object; delete the file and it is "
+                             "made again from job.out")
+        return data
+
+    def write_result(self, data: dict[str, Any]) -> None:
+        write_object(self.path / RESULT_JSON, data)
+
+    def forget_result(self) -> None:
+        (self.path / RESULT_JSON).unlink(missing_ok=True)
+
+    # --- the jobs ---------------------------------------------------------------------------------
+
+    def state(self) -> StateRecord:
+        path = self.path / STATE_JSON
+        return StateRecord.read(read_object(path), path) if path.is_file() else StateRecord()
+
+    def attempt(self) -> Attempt | None:
+        return self.state().current
+
+    def _save(self, record: StateRecord) -> None:
+        write_object(self.path / STATE_JSON, record.to_dict())
+
+    def begin_attempt(self, executor: str, state: str = states.SUBMITTING, **fields: Any) -> Attempt:
+        """A new attempt, recorded before the scheduler is asked: a bench that dies in between leaves the
+        evidence that a job may exist."""
+        record = self.state()
+        attempt = Attempt(number=len(record.attempts) + 1, executor=executor, state=state,
+                          submitted=now_iso(), **fields)
+        attempt.history.append({"state": state, "at": attempt.submitted})
+        record.attempts.append(attempt)
+        self._save(record)
+        return attempt
+
+    def update(self, state: str | None = None, **fields: Any) -> Attempt:
+        """Change the current attempt: a new state is appended to its history (with the job id it concerns,
+        so a second job in the same state shows too), the other fields are replaced."""
+        record = self.state()
+        attempt = record.current
+        if attempt is None:
+            raise StoreError(f"{self.path / STATE_JSON}: no job was submitted for this point")
+        for name, value in fields.items():
+            if not hasattr(attempt, name):
+                raise TypeError(f"an attempt has no field {name!r}")
+            setattr(attempt, name, value)
+        if state is not None and (state != attempt.state or fields.get("job_id")):
+            attempt.history.append({"state": state, "at": now_iso(), "job_id": attempt.job_id})
+            attempt.state = state
+        self._save(record)
+        return attempt
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Held while a process submits the point's job (and, where it runs it itself, until the job ends):
+        a second process gets locks.Busy."""
+        with locks.hold(self.path / POINT_LOCK, f"point {self.path}"):
+            yield
+
+    def keep_earlier_output(self) -> int:
+        """Before another attempt: job.out/job.err become job.out.N/job.err.N, and result.json (analysed
+        from the earlier log) goes. Returns N."""
+        number = 1
+        while (self.path / f"{JOB_OUT}.{number}").exists() or (self.path / f"{JOB_ERR}.{number}").exists():
+            number += 1
+        try:
+            for name in (JOB_OUT, JOB_ERR):
+                if (self.path / name).exists():
+                    (self.path / name).rename(self.path / f"{name}.{number}")
+            self.forget_result()
+        except OSError as exc:
+            raise StoreError(f"cannot keep the earlier output of {self.path}: {os_reason(exc)}") from None
+        return number
+
+    def freeze_scripts(self, chain: tuple[str, ...]) -> dict[str, bytes]:
+        """Copy the chain's scripts to submitted/ as they are now and return their bytes: what the scheduler
+        gets, what runs and what is hashed are the same bytes, whatever happens to the originals later."""
+        folder = self.path / SUBMITTED
+        found = {}
+        try:
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir()
+            for script in chain:
+                body = (self.path / script).read_bytes()
+                (folder / script).write_bytes(body)
+                (folder / script).chmod(0o755)
+                found[script] = body
+        except OSError as exc:
+            raise StoreError(f"cannot copy the scripts of {self.path} for submission: {os_reason(exc)}") from None
+        return found
+
+    def submitted_script(self, name: str = JOBSCRIPT) -> Path:
+        return self.path / SUBMITTED / name
+
+    def archive(self, target: Path) -> None:
+        """Copy the point's scripts, logs and records, as they are, into `target` (a submission bundle)."""
+        for name in ARCHIVED:
+            if (self.path / name).is_file():
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.path / name, target / name)
+
+
+def sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def outputs(script: str) -> tuple[str, str]:
+    """The output and error files of a script of the chain."""
+    return OUTPUTS[script]

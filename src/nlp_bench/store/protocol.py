@@ -1,0 +1,56 @@
+"""The lines a jobscript prints about its own life, and reading them back: how a later process learns when
+a job started and how it ended when no scheduler remembers it (the local executor, a purged Slurm job)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import NamedTuple
+
+#: the jobscript's first and last lines (slurm/templates/jobscript.sbatch.j2 is rendered with these)
+STARTED = "nlp-bench: job "
+EXITED = "nlp-bench: training exited with code "
+
+_STARTED = re.compile(rb"^nlp-bench: job \S+ on \S+ started (\S+)", re.M)
+_EXITED = re.compile(rb"^nlp-bench: training exited with code (\d+)(?: at (\S+))?", re.M)
+#: how much of the log's end is read: the exit line is the script's very last
+TAIL_BYTES = 16_384
+
+
+class Exit(NamedTuple):
+    code: int
+    at: datetime | None
+
+
+def _time(raw: bytes | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(raw.decode()) if raw else None
+    except ValueError:
+        return None
+
+
+def _read(path: Path, from_end: bool) -> bytes:
+    try:
+        with Path(path).open("rb") as fh:
+            if from_end:
+                fh.seek(0, 2)
+                fh.seek(max(0, fh.tell() - TAIL_BYTES))
+            return fh.read(TAIL_BYTES)
+    except OSError:
+        return b""
+
+
+def exit_of(log: Path) -> Exit | None:
+    """The exit code (and time) the jobscript wrote last, or None when it never got there."""
+    found = _EXITED.findall(_read(log, from_end=True))
+    if not found:
+        return None
+    code, at = found[-1]
+    return Exit(int(code), _time(at))
+
+
+def started_at(log: Path) -> datetime | None:
+    """When the jobscript started, from its first line."""
+    found = _STARTED.search(_read(log, from_end=False))
+    return _time(found.group(1)) if found else None
