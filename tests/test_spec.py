@@ -111,3 +111,119 @@ def test_one_home_for_the_layout_rules():
                                     layers_per_chunk=6, micro_batches=12)
     assert [v.rule for v in chunks] == [v.rule for v in per_chunk] == ["vp-microbatches"]
     assert Candidate(16, 4, 1, 8, 1, 12, vp=2).problems(m)[-1] == chunks[0].message.replace("(12)", "(12)")
+
+
+# ---- the YAML loader every file goes through (spec.yamlio) ----
+
+BOMB = "\n".join(["train:", '  a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+                 + [f"  {n}: &{n} [{', '.join(['*' + p] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)])
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
+    from nlp_bench.spec.yamlio import load_yaml
+
+    path = tmp_path / "grid.yaml"
+    path.write_text('tag: "13"\nmatrix:\n  tp: [1]\n  pp: [2]\n  tp: [2]\n')
+    with pytest.raises(SpecError, match=r"grid.yaml: key 'tp' appears twice \(lines 3 and 5\)$"):
+        load_yaml(path, "grid")
+    path.write_text('matrix: {tp: [1]}\ntag: "13"\nmatrix: {pp: [2]}\n')
+    with pytest.raises(SpecError, match=r"key 'matrix' appears twice \(lines 1 and 3\)"):
+        load_yaml(path, "grid")
+    path.write_text("x: {a: 1, a: 2}\n")
+    with pytest.raises(SpecError, match=r"key 'a' appears twice \(both on line 1\)"):
+        load_yaml(path, "grid")
+
+
+def test_a_key_given_twice_in_a_benchmark_tag_or_a_system_profile_is_refused(tmp_path, site):
+    from nlp_bench.spec.systems import load_system
+
+    bench = tmp_path / "b.yaml"
+    bench.write_text("tags:\n  x:\n    model: gpt-tiny\n    system: local\n    nodes: 1\n    train:\n"
+                     "      lr: 1.0e-3\n      log-interval: 5\n      lr: 1.0e-4\n")
+    with pytest.raises(SpecError, match=r"b.yaml: key 'lr' appears twice \(lines 7 and 9\)"):
+        load_benchmark(str(bench))
+    profile = site / "slurm" / "systems" / "local.yaml"
+    lines = profile.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("devices_per_node:")) + 1
+    profile.write_text("\n".join([*lines, "devices_per_node: 4", ""]))
+    with pytest.raises(SpecError, match=rf"local.yaml: key 'devices_per_node' appears twice \(lines {first} and "
+                                        rf"{len(lines) + 1}\)"):
+        load_system("local")
+
+
+def test_anchors_and_merge_keys_of_modest_use_still_load(tmp_path):
+    """The shipped benchmark and rules share blocks with `<<: *name`; a key after the merge overrides the
+    merged one (that is not a key given twice)."""
+    from nlp_bench.spec.yamlio import load_yaml
+
+    path = tmp_path / "b.yaml"
+    path.write_text("base: &base {lr: 1.0e-3, log-interval: 5}\nsizes: &sizes [1, 2, 4]\n"
+                    "a: {<<: *base, lr: 2.0e-3}\nb:\n  <<: *base\n  seq: *sizes\n")
+    assert load_yaml(path, "benchmark") == {"base": {"lr": 1e-3, "log-interval": 5}, "sizes": [1, 2, 4],
+                                            "a": {"lr": 2e-3, "log-interval": 5},
+                                            "b": {"lr": 1e-3, "log-interval": 5, "seq": [1, 2, 4]}}
+    assert load_benchmark("nlp").point("175").train["bf16"] is True
+
+
+@pytest.mark.parametrize("what", ["grid", "benchmark"])
+def test_an_alias_bomb_is_refused_at_its_alias(tmp_path, what):
+    """A few hundred bytes that alias 9 lists of 9 nine levels deep stand for 9^9 strings; the loader
+    refuses them at the alias that takes the document past its bound, not after building them."""
+    from nlp_bench.spec.yamlio import load_yaml
+    from nlp_bench.sweep.grid import load_grid
+
+    path = tmp_path / f"{what}.yaml"
+    path.write_text(('tag: "13"\n' if what == "grid" else "tags: {}\n") + BOMB + "\n")
+    assert len(path.read_bytes()) < 600
+    pattern = rf"{what}.yaml line \d+: the alias \*[a-i] expands the document past 100 times its own size"
+    with pytest.raises(SpecError, match=pattern):
+        load_grid(path) if what == "grid" else load_benchmark(str(path))
+    path.write_text("a: &a [1, *a]\n")
+    with pytest.raises(SpecError, match=r"line 1: the alias \*a stands inside the node it names"):
+        load_yaml(path, what)
+
+
+def test_text_that_is_not_utf8_and_deep_or_badly_tagged_values_are_one_line(tmp_path):
+    from nlp_bench.spec.yamlio import load_yaml
+
+    path = tmp_path / "grid.yaml"
+    path.write_bytes(b'tag: "13"\n# caf\xe9 au lait\nmatrix: {tp: [1]}\n')
+    with pytest.raises(SpecError, match=r"grid.yaml line 2: not UTF-8 text: byte 0xe9 at offset 15"):
+        load_yaml(path, "grid")
+    path.write_text("a: " + "[" * 30_000 + "]" * 30_000 + "\n")  # libyaml's composer crashes the interpreter
+    with pytest.raises(SpecError, match="grid.yaml line 1: nested more than 100 levels deep"):
+        load_yaml(path, "grid")
+    for text, shown in [("a: !!int abc", "'abc' as !!int"), ("a: !!timestamp soon", "'soon' as !!timestamp"),
+                        ("a: !!bool maybe", "'maybe' as !!bool"), ("a: " + "9" * 5000, r"'9{40}\.\.\.' as !!int")]:
+        path.write_text(text + "\n")
+        with pytest.raises(SpecError, match=rf"grid.yaml line 1: invalid YAML: cannot read {shown}"):
+            load_yaml(path, "grid")
+
+
+def test_a_path_that_cannot_be_read_is_one_line_with_the_reason(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from nlp_bench.spec.yamlio import load_yaml
+
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    with pytest.raises(SpecError, match=r"folder.yaml: cannot read the grid file: Is a directory$"):
+        load_yaml(folder, "grid")
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # opening it for reading as usual would wait for a writer for ever
+    with pytest.raises(SpecError, match=r"fifo.yaml: not a regular file, so not a grid file"):
+        load_yaml(fifo, "grid")
+    with pytest.raises(SpecError, match=r"^grid file not found: .*missing.yaml$"):
+        load_yaml(tmp_path / "missing.yaml", "grid")
+    readable = tmp_path / "g.yaml"
+    readable.write_text("tag: smoke\n")
+    for code in (errno.EACCES, errno.EIO):  # as root, a file without read permission is still read
+
+        def refuse(path, flags, *args, code=code, **kwargs):
+            raise OSError(code, os.strerror(code), str(path))
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "open", refuse)
+            with pytest.raises(SpecError, match=rf"g.yaml: cannot read the grid file: {os.strerror(code)}$"):
+                load_yaml(readable, "grid")

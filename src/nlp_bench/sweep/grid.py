@@ -50,6 +50,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 PARAMETERS = (*LAYOUT, *MODEL, "precision", "trainer")
 #: names an expression may read but no axis may set: they come with the system
 READ_ONLY = ("devices_per_node",)
+#: the most combinations a sweep expands: streaming costs about 21 µs and 14 bytes of memory per combination
+#: (benchmark/perf/RESULTS.md, 5·10^6 in 106 s and 106 MB), so this bound is about 3.5 minutes and under 200 MB
+#: of expansion, twice the largest grid measured; a grid past it is a typo or a search for the planner
+MAX_COMBINATIONS = 10_000_000
 _KEYS = {"benchmark", "tag", "system", "description", "matrix", "zip", "derived", "exclude", "constraints", "train"}
 
 
@@ -170,22 +174,42 @@ def combinations(grid: Grid) -> int:
     return total
 
 
+def check_size(grid: Grid, limit: int = MAX_COMBINATIONS) -> None:
+    """Refuse a grid of more than `limit` combinations before any is made: the stream checks a sweep's
+    other limits only as points come, so a grid of 10^12 would otherwise run for days before a word."""
+    total = combinations(grid)
+    if total <= limit:
+        return
+    factors = [f"{name} {len(values):,}" for name, values in grid.matrix.items() if len(values) > 1]
+    if grid.zipped and len(next(iter(grid.zipped.values()))) > 1:
+        factors.append(f"zip of {', '.join(grid.zipped)} {len(next(iter(grid.zipped.values()))):,}")
+    raise SpecError(f"{grid.path} spans {total:,} combinations ({' x '.join(factors)}), more than the {limit:,} a "
+                    f"sweep expands; narrow its lists or use zip")
+
+
 def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False,
-           trainer: str | None = None) -> Expansion:
+           trainer: str | None = None, limit: int = MAX_COMBINATIONS) -> Expansion:
     """Every outcome of a grid collected in memory (a small grid's, a test's); see outcomes()."""
     out = Expansion(combinations=combinations(grid))
-    for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules, trainer=trainer):
+    for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules, trainer=trainer, limit=limit):
         (out.dropped if isinstance(item, Dropped) else out.points).append(item)
     return out
 
 
-def outcomes(grid: Grid, *, tag: str | None = None, system: str | None = None,
-             no_rules: bool = False, trainer: str | None = None) -> Iterator[Point | Dropped]:
+def outcomes(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False,
+             trainer: str | None = None, limit: int = MAX_COMBINATIONS) -> Iterator[Point | Dropped]:
     """Every combination of the grid, in order, as a resolved Point or as Dropped with its reason.
 
-    A generator: memory stays bounded whatever the grid's size, but for the identities of the valid
-    points, kept (as 64-bit hashes) to drop duplicates. A combination that breaks a layout rule is
-    dropped by the rule check on plain integers, before any Point is made for it."""
+    A grid of more than `limit` combinations is refused here, when called, not at the first item. The
+    stream itself is a generator: memory stays bounded whatever the grid's size, but for the identities of
+    the valid points, kept (as 64-bit hashes) to drop duplicates. A combination that breaks a layout rule
+    is dropped by the rule check on plain integers, before any Point is made for it."""
+    check_size(grid, limit)
+    return _stream(grid, tag, system, no_rules, trainer)
+
+
+def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
+            trainer: str | None) -> Iterator[Point | Dropped]:
     benchmark = load_benchmark(grid.benchmark)
     tag = tag if tag is not None else grid.tag
     system = system if system is not None else grid.system
