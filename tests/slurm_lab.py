@@ -14,6 +14,7 @@ SlurmdTimeout (10 s), and its jobs end NODE_FAIL rather than being requeued.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ import socket
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 CONF = Path("/etc/slurm/slurm.conf")
@@ -231,3 +233,49 @@ def stop() -> None:
                     break
                 time.sleep(0.1)
         pidfile.unlink(missing_ok=True)
+
+
+def controller_pid() -> int:
+    return int((RUN / "slurmctld.pid").read_text())
+
+
+@contextlib.contextmanager
+def controller_paused() -> Iterator[int]:
+    """slurmctld stopped (SIGSTOP) for the block: a controller that hangs, or is too busy to answer; every
+    client's request waits for it, and is served once it goes on (SIGCONT)."""
+    pid = controller_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def accounting_stopped() -> Iterator[None]:
+    """slurmdbd stopped for the block, as on a site whose accounting database is down: sacct fails."""
+    pidfile = RUN / "slurmdbd.pid"
+    if not accounting() or not _alive(pidfile):
+        yield
+        return
+    pid = int(pidfile.read_text())
+    os.kill(pid, signal.SIGTERM)
+    _wait(lambda: not _alive(pidfile) or not Path(f"/proc/{pid}").exists(), "slurmdbd to stop")
+    try:
+        yield
+    finally:
+        pidfile.unlink(missing_ok=True)
+        _sh("slurmdbd")
+        _wait(lambda: _sh("sacct", "-n", "-X", "-j", "1", check=False).returncode == 0, "slurmdbd to answer")
+
+
+def jobs_in(folder: Path) -> list[tuple[str, str]]:
+    """(job id, state) of every job the controller knows whose working directory lies in `folder`."""
+    out = _sh("squeue", "-h", "-t", "all", "-o", "%i|%T|%Z", check=False).stdout
+    root = str(Path(folder).resolve())
+    found = []
+    for line in out.splitlines():
+        job_id, state, workdir = line.split("|", 2)
+        if workdir == root or workdir.startswith(root + "/"):
+            found.append((job_id, state))
+    return found

@@ -185,3 +185,31 @@ def test_a_damaged_record_is_one_line_naming_the_file(tmp_path):
         PointDir(state.parent).point()
     shutil.rmtree(run.path / point.id)
     assert run.missing() == [point.id] and run.point_dirs() == []
+
+
+def _other_process_can_lock(path) -> bool:
+    probe = subprocess.run([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from nlp_bench.store import locks\n"
+        f"try:\n    with locks.hold(Path({str(path)!r}), 'x'):\n        print('free')\n"
+        "except locks.Busy:\n    print('busy')\n")], capture_output=True, text=True, timeout=60)
+    return probe.stdout.strip() == "free"
+
+
+def test_a_nested_hold_keeps_the_lock(tmp_path):
+    """POSIX locks belong to the process: had the inner hold closed its own descriptor, the outer lock would
+    be gone while the outer block still runs."""
+    path = tmp_path / "x.lock"
+    with locks.hold(path, "x"):
+        with locks.hold(path, "x"):
+            pass
+        assert not _other_process_can_lock(path)
+    assert _other_process_can_lock(path)
+
+
+def test_a_local_attempt_whose_bench_died_before_its_job_started_may_run_again(tmp_path):
+    from nlp_bench.launch.local import LocalExecutor
+
+    point = PointDir(tmp_path)
+    point.begin_attempt("local")  # SUBMITTING, no job id: bench was killed right here
+    assert LocalExecutor().poll(tmp_path) == states.LOST
+    assert point.attempt().failure_class == "lost" and states.LOST in states.RERUNNABLE

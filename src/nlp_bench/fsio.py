@@ -15,8 +15,17 @@ def write_text_atomic(path: Path, text: str, mode: int | None = None, durable: b
                       make_parents: bool = True) -> None:
     """Write to a temporary file in the same folder, then rename it over `path`. `durable` also waits
     for the disk (fsync): worth it for state, not for ten thousand jobscripts a sweep can write again.
-    Raises OSError (ENOSPC, EROFS, ...) with nothing left behind."""
+    Raises OSError (ENOSPC, EROFS, ...) naming `path`, with nothing left behind."""
     path = Path(path)
+    try:
+        _write(path, text, mode, durable, make_parents)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+
+def _write(path: Path, text: str, mode: int | None, durable: bool, make_parents: bool) -> None:
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

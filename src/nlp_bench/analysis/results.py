@@ -53,8 +53,15 @@ def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None 
     point_dir = Path(point_dir)
     folder = PointDir(point_dir)
     log = point_dir / JOB_OUT
-    kept = folder.result()
     seen = _fingerprint(log)
+    try:
+        kept = folder.result()
+    except StoreError as exc:
+        if seen is None:
+            raise
+        kept = None  # a damaged result is only a cache of the log: it is made again
+        if notes is not None:
+            notes.append(f"{exc}: made again from {JOB_OUT}")
     if seen is None:
         if kept is not None and notes is not None:
             notes.append(f"{point_dir}: {JOB_OUT} is gone; its figures come from result.json "

@@ -341,6 +341,9 @@ def _run_point(executor: Executor, refresher: Refresher, folder: Path, options: 
                 executor.cancel(folder)
                 console.print(f"interrupted: job cancelled; its output is in {folder}")
                 raise _Interrupted from None
+            except StoreError as exc:
+                raise StoreError(f"{exc}; job {job_id} was not stopped: `bench status` records how it ended once "
+                                 "the folder can be written where it now is") from None
     except locks.Busy as exc:
         say(f"  {folder.name}: skipped, {exc}")
         return None

@@ -36,7 +36,7 @@ class View:
     def every_run(self) -> list[Run]:
         """Every readable run, oldest first; damaged ones are named among the problems."""
         listing = list_runs(self.results_dir)
-        for line in listing.broken:
+        for line in listing.broken.values():
             self.problems.add(line)
         if not listing.runs:
             find_run(self.results_dir, None)  # says where it looked, and why nothing is there
@@ -47,8 +47,5 @@ class View:
 
     def tell(self) -> None:
         """Say on stderr what could not be shown; a command that showed something still exits 0."""
-        lines = self.warnings()
-        if lines:
-            print(f"bench: warning: {len(lines)} thing(s) could not be shown as they are:", file=sys.stderr)
-            for line in lines:
-                print(f"  {line}", file=sys.stderr)
+        for line in self.warnings():
+            print(f"bench: warning: {line}", file=sys.stderr)

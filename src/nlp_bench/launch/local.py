@@ -19,7 +19,7 @@ from pathlib import Path
 from nlp_bench.errors import LaunchError
 from nlp_bench.launch.executor import Cancelled, job_environment
 from nlp_bench.launch.outcome import finish
-from nlp_bench.store import protocol, states
+from nlp_bench.store import locks, protocol, states
 from nlp_bench.store.names import JOB_ERR, JOB_OUT, JOBSCRIPT, OUTPUTS, SUBMITTED
 from nlp_bench.store.point_folder import PointDir, sha256
 
@@ -123,11 +123,14 @@ class LocalExecutor:
 
     def poll(self, point_dir: Path) -> str:
         point = PointDir(point_dir)
+        point.require()
         attempt = point.attempt()
         if attempt is None:
             return states.NOT_SUBMITTED
-        if attempt.state in states.TERMINAL or attempt.job_id is None:
-            return attempt.state if attempt.job_id or attempt.state in states.TERMINAL else states.NOT_SUBMITTED
+        if attempt.state in states.TERMINAL:
+            return attempt.state
+        if attempt.job_id is None:
+            return self._unstarted(point)
         proc = self._children.get(attempt.job_id)
         if proc is not None:
             code = proc.poll()
@@ -144,6 +147,17 @@ class LocalExecutor:
         if ended is None:
             return finish(point_dir, states.LOST, None).state
         return finish(point_dir, states.COMPLETED if ended.code == 0 else states.FAILED, ended.code).state
+
+    def _unstarted(self, point: PointDir) -> str:
+        """An attempt without a job id: its bench is still starting the job (it holds the point's lock), or
+        died before it could record one; then no job of it can be followed, and the point may run again."""
+        try:
+            with point.locked():
+                if point.attempt().job_id is None:
+                    return finish(point.path, states.LOST, None).state
+                return point.attempt().state
+        except locks.Busy:
+            return states.SUBMITTING
 
     def cancel(self, point_dir: Path) -> Cancelled:
         """SIGTERM to the whole job, SIGKILL to what outlives a grace period. The job's processes are its

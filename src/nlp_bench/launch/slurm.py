@@ -43,6 +43,10 @@ QUERY_TIMEOUT_S = _seconds("NLP_BENCH_SLURM_TIMEOUT", 20)
 SUBMIT_TIMEOUT_S = _seconds("NLP_BENCH_SBATCH_TIMEOUT", 60)
 #: how long a submission whose answer was lost is looked for before bench leaves it to a later `bench status`
 RECONCILE_S = _seconds("NLP_BENCH_RECONCILE_TIMEOUT", 120)
+#: how long Slurm must go on answering without the job before a submission whose answer was lost counts as
+#: not queued: a controller that was hung serves the waiting sbatch request some moments after it answers
+#: again (three of Slurm's default MessageTimeout)
+SETTLE_S = _seconds("NLP_BENCH_SUBMIT_SETTLE", 30)
 #: a job that neither accounting nor the controller knows, and whose log has no exit line, is LOST after this
 LOST_AFTER_S = _seconds("NLP_BENCH_LOST_AFTER", 600)
 #: how long a cancel waits for Slurm to show the jobs ended
@@ -275,15 +279,24 @@ class SlurmExecutor:
         point.update(states.NOT_SUBMITTED, chain_job_ids=ids, failure_class="usage", failure_detail=why)
 
     def _find_until(self, point: PointDir, name: str, deadline: float) -> str | None:
-        """_find, asked again while the controller does not answer, until `deadline`."""
+        """_find, asked again until Slurm shows the job (its id), or has answered without it for SETTLE_S
+        (None); _NoAnswer when neither happened by `deadline`."""
+        answered_since = None
         while True:
+            self._silent_until = 0.0  # the controller is asked again however it answered a moment ago
             try:
-                return self._find(point, name, point.attempt())
+                found = self._find(point, name, point.attempt())
             except _NoAnswer:
-                if time.monotonic() >= deadline:
-                    raise
-                self._silent_until = 0.0
-                time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
+                found, answered_since = None, None
+            else:
+                if found is not None:
+                    return found
+                answered_since = answered_since or time.monotonic()
+                if time.monotonic() - answered_since >= SETTLE_S:
+                    return None
+            if time.monotonic() >= deadline:
+                raise _NoAnswer(self.silence or "Slurm has not shown the job yet")
+            time.sleep(1.0)
 
     def _reconcile(self, point: PointDir) -> Attempt:
         """An attempt whose submission answer was lost (or whose bench died while submitting): its jobs are
@@ -291,9 +304,13 @@ class SlurmExecutor:
         where Slurm lacks one, or still SUBMITTING where Slurm did not answer."""
         attempt = point.attempt()
         ids = list(attempt.chain_job_ids)
+        submitted = parse_time(attempt.submitted) or datetime.now(timezone.utc)
+        settled = (datetime.now(timezone.utc) - submitted).total_seconds() >= SUBMIT_TIMEOUT_S + SETTLE_S
         try:
             for name in attempt.job_names[len(ids):]:
                 found = self._find(point, name, attempt)
+                if found is None and not settled:
+                    return attempt  # the request may not have been served yet: undecided
                 if found is None:
                     self._abandon(point, ids, f"the submission's answer was lost, and Slurm has no job {name!r} in "
                                               f"{point.path}: nothing (more) was queued")
@@ -324,6 +341,7 @@ class SlurmExecutor:
 
     def poll(self, point_dir: Path) -> str:
         point = PointDir(point_dir)
+        point.require()
         attempt = point.attempt()
         if attempt is None:
             return states.NOT_SUBMITTED

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from nlp_bench.errors import PlanError
 from nlp_bench.fsio import write_json_atomic
 from nlp_bench.plan.timing import Efficiency
 
@@ -101,9 +102,22 @@ def _store(results_dir: Path) -> Path:
     return Path(results_dir) / "plan" / "calibration.json"
 
 
+def _kept(path: Path) -> dict:
+    """Every system's calibration; one PlanError line naming the file where it is damaged."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"{path}: cannot be read ({exc}); delete it and calibrate again") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise PlanError(f"{path}: not a calibration file (system -> fit); delete it and calibrate again")
+    return data
+
+
 def save(results_dir: Path, system: str, result: Fit) -> Path:
     path = _store(results_dir)
-    data = json.loads(path.read_text()) if path.is_file() else {}
+    data = _kept(path)
     data[system] = result.to_dict()
     write_json_atomic(path, data)
     return path
@@ -111,10 +125,11 @@ def save(results_dir: Path, system: str, result: Fit) -> Path:
 
 def load(results_dir: Path, system: str) -> Efficiency | None:
     """The system's own calibration, or None."""
-    path = _store(results_dir)
-    if path.is_file():
-        entry = json.loads(path.read_text()).get(system)
-        if entry:
-            known = asdict(Efficiency())
-            return Efficiency(**{k: entry[k] for k in known if k in entry})
+    entry = _kept(_store(results_dir)).get(system)
+    if entry:
+        known = asdict(Efficiency())
+        try:
+            return Efficiency(**{k: float(entry[k]) for k in known if k in entry})
+        except (TypeError, ValueError):
+            raise PlanError(f"{_store(results_dir)}: the fit of {system} is damaged; calibrate again") from None
     return None

@@ -8,6 +8,7 @@ by a digest of them) and recomputed only when one changes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import statistics
@@ -131,7 +132,7 @@ def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None 
             _store(cache, key, _MEMO[key])
         return _MEMO[key]
     rows = load_corpus(path)
-    stored = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
+    stored = _cached(cache)
     if stored.get("digest") == key:
         eff, pinned = timing.Efficiency(**stored["efficiency"]), stored["pinned"]
         checked = [Checked(**c) for c in stored["checked"]]
@@ -147,6 +148,17 @@ def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None 
     return result
 
 
+def _cached(cache: Path | None) -> dict:
+    """The kept validation, or {} where there is none or it cannot be read: it is only a cache."""
+    try:
+        found = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def _store(cache: Path, key: str, found: Trust) -> None:
-    write_json_atomic(cache, {"digest": key, "efficiency": found.efficiency.to_dict(), "pinned": found.pinned,
-                              "checked": [asdict(c) for c in found.checked]})
+    """Keep the validation where the results folder can hold it (a full or read-only one is no error)."""
+    with contextlib.suppress(OSError):
+        write_json_atomic(cache, {"digest": key, "efficiency": found.efficiency.to_dict(), "pinned": found.pinned,
+                                  "checked": [asdict(c) for c in found.checked]})

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from nlp_bench.fsio import dumps
 
 COLUMNS = ["point", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS", "Tokens/sec",
            "time_to_report_in_seconds", "verdict", "reference", "ref_Tokens/sec", "ratio", "ratio_per_device"]
@@ -19,7 +20,7 @@ def format_cell(column: str, value: Any) -> str:
 
 def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] = COLUMNS) -> str:
     if fmt == "json":
-        return json.dumps([{c: r[c] for c in columns} for r in rows], indent=2) + "\n"
+        return dumps([{c: r[c] for c in columns} for r in rows]) + "\n"
     import pandas as pd
 
     frame = pd.DataFrame(rows, columns=columns)
@@ -36,7 +37,7 @@ def render_changes(changes: list, fmt: str) -> str:
     """`compare --baseline`: the ratio per point with its interval, and under each change beyond the noise
     what differs in its provenance."""
     if fmt == "json":
-        return json.dumps([c.to_dict() for c in changes], indent=2) + "\n"
+        return dumps([c.to_dict() for c in changes]) + "\n"
 
     def number(value, digits):
         return "-" if value is None else f"{value:,.{digits}f}"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench.analysis.results import COLUMNS, rows_frame
-from nlp_bench.fsio import write_text_atomic
+from nlp_bench.fsio import dumps, write_text_atomic
 
 FORMATS = ("pretty", "csv", "json", "md")
 #: Digits shown per column; the files keep full precision except where rounding is the published form.
@@ -146,7 +146,7 @@ def render(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = Non
     if fmt == "csv":
         return frame.to_csv(index=False)
     if fmt == "json":
-        return json.dumps(json.loads(frame.to_json(orient="records", double_precision=15)), indent=2) + "\n"
+        return dumps(json.loads(frame.to_json(orient="records", double_precision=15))) + "\n"
     if fmt == "md":
         plain = frame.astype(object).where(frame.notna(), None)
         shown = plain.apply(lambda col: col.map(lambda v, c=col.name: format_cell(c, v)))

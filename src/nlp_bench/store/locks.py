@@ -25,10 +25,33 @@ class Busy(BenchError):
     """Another process holds the lock; the message says which, as far as its lock file tells."""
 
 
+#: the lock files this process holds, with how many blocks hold each: POSIX locks belong to the process, and
+#: closing any descriptor of a locked file drops the lock, so a nested hold must not open the file again
+_HELD: dict[str, int] = {}
+
+
 @contextlib.contextmanager
 def hold(path: Path, what: str, wait: bool = False) -> Iterator[None]:
-    """Hold the lock file `path` for the block. Without `wait`, a lock another process holds raises Busy
-    at once."""
+    """Hold the lock file `path` for the block (again, if this process holds it already). Without `wait`,
+    a lock another process holds raises Busy at once."""
+    key = os.path.realpath(path)
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    with _acquire(path, what, wait):
+        _HELD[key] = 1
+        try:
+            yield
+        finally:
+            del _HELD[key]
+
+
+@contextlib.contextmanager
+def _acquire(path: Path, what: str, wait: bool) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as exc:

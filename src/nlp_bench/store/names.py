@@ -5,8 +5,6 @@ from __future__ import annotations
 RUN_JSON, POINT_JSON, STATE_JSON, RESULT_JSON = "run.json", "point.json", "state.json", "result.json"
 #: what the planner predicted for a point before it ran (written where the system can be timed)
 PREDICTION_JSON = "prediction.json"
-#: the records only the store may open (a test checks that no other module names them)
-RECORDS = (RUN_JSON, POINT_JSON, STATE_JSON, RESULT_JSON, PREDICTION_JSON)
 JOBSCRIPT, JOB_OUT, JOB_ERR = "jobscript.sbatch", "job.out", "job.err"
 #: the compile job of systems that compile ahead of the run (Neuron): its script and output
 COMPILE_SCRIPT, COMPILE_OUT, COMPILE_ERR = "compile.sbatch", "compile.out", "compile.err"

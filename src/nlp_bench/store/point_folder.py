@@ -18,7 +18,6 @@ from nlp_bench.store.names import (
     JOB_ERR,
     JOB_OUT,
     JOBSCRIPT,
-    OUTPUTS,
     POINT_JSON,
     POINT_LOCK,
     PREDICTION_JSON,
@@ -45,6 +44,11 @@ class PointDir:
 
     def exists(self) -> bool:
         return (self.path / POINT_JSON).is_file()
+
+    def require(self) -> None:
+        """StoreError when the folder is gone: a job's record must not be asked of (or written to) nothing."""
+        if not self.path.is_dir():
+            raise StoreError(f"{self.path}: the point's folder is gone (moved or removed while its job ran?)")
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -188,7 +192,3 @@ class PointDir:
 def sha256(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
-
-def outputs(script: str) -> tuple[str, str]:
-    """The output and error files of a script of the chain."""
-    return OUTPUTS[script]

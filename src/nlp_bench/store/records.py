@@ -31,7 +31,7 @@ def parse_time(text: str | None) -> datetime | None:
 
 def _want(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: Path, what: str = "") -> Any:
     value = data.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
         shown = "missing" if key not in data else f"{type(value).__name__} {value!r:.40}"
         raise StoreError(f"{path}: {what}{key} must be {names}, found {shown}")

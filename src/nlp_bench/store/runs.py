@@ -174,7 +174,8 @@ class Listing:
     """The runs under a results folder, oldest first, and the run folders whose run.json is damaged."""
 
     runs: list[Run] = field(default_factory=list)
-    broken: list[str] = field(default_factory=list)
+    #: run folder -> what is wrong with its run.json
+    broken: dict[Path, str] = field(default_factory=dict)
 
 
 def _order(run: Run, record: RunRecord) -> tuple:
@@ -190,7 +191,7 @@ def list_runs(root: Path) -> Listing:
         try:
             keyed.append((_order(run, run.record()), run))
         except StoreError as exc:
-            found.broken.append(str(exc))
+            found.broken[run.path] = str(exc)
     found.runs = [run for _, run in sorted(keyed, key=lambda pair: pair[0])]
     return found
 
@@ -210,12 +211,16 @@ def find_run(root: Path, ref: str | None) -> Run:
         return run
     listing = list_runs(root)
     runs = listing.runs
+    damaged = [why for path, why in listing.broken.items() if ref is not None and path.name.startswith(ref)]
     if not runs:
-        damaged = f"; damaged: {listing.broken[0]}" if listing.broken else ""
-        raise StoreError(f"no runs under {root}/ (start one with `bench run`, or pass --results-dir){damaged}")
+        damaged = damaged or list(listing.broken.values())
+        raise StoreError(damaged[0] if damaged else
+                         f"no runs under {root}/ (start one with `bench run`, or pass --results-dir)")
     if ref is None:
         return runs[-1]
     matches = [r for r in runs if r.id == ref or r.id.startswith(ref)]
+    if not matches and damaged:
+        raise StoreError(damaged[0])
     if len(matches) != 1:
         what = "no run" if not matches else f"{len(matches)} runs"
         recent = ", ".join(r.id for r in runs[-3:])
