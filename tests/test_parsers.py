@@ -171,8 +171,8 @@ def test_zero_and_non_finite_values_are_not_measurements():
 def test_parsing_pauses_the_garbage_collector_and_gives_it_back(monkeypatch):
     """The collector is off while a log is parsed (speed) and back as it was afterwards, error or not."""
     seen = []
-    real = parsers._megatron_serial
-    monkeypatch.setattr(parsers, "_megatron_serial", lambda text: seen.append(gc.isenabled()) or real(text))
+    real = parsers._scan
+    monkeypatch.setattr(parsers, "_scan", lambda *args: seen.append(gc.isenabled()) or real(*args))
     assert gc.isenabled()
     parsers.parse(SEED003.read_text())
     assert seen == [False] and gc.isenabled()
@@ -204,7 +204,7 @@ def test_large_files_are_parsed_in_parallel_ranges_with_the_same_result(tmp_path
     serial = parsers.parse(log.read_text())
     monkeypatch.setattr(parsers, "PARALLEL_BYTES", log.stat().st_size // 3)
     monkeypatch.setattr(parsers.os, "cpu_count", lambda: 3)  # three ranges even on a 2-core machine
-    assert parsers._megatron_file(log) is not None, "the parallel path must be the one tested"
+    assert parsers._parallel(log, ["megatron"], parsers.CHUNK_BYTES) is not None, "the parallel path must be tested"
     parallel = parsers.parse_log(log)
     assert parallel.format == serial.format == "megatron-jupiter"
     assert parallel.records == serial.records and len(serial.records) == 400

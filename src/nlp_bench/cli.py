@@ -466,11 +466,16 @@ def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_js
         raise parsers.ParseError(f"{log}: {exc}") from None
     records, summary = metrics.steady_summary(parsed.records, seq_length, tokens)
     if as_json:
-        click.echo(json.dumps({"format": parsed.format, "records": records, "summary": summary}, indent=2))
+        # allow_nan=False: a NaN or Infinity is no JSON, and a figure that overflowed must fail here, loudly
+        click.echo(json.dumps({"format": parsed.format, "records": records, "summary": summary,
+                               "skipped_long_lines": parsed.skipped_long_lines}, indent=2, allow_nan=False))
         return
     from nlp_bench.report.parsed import render_parsed
 
     click.echo(render_parsed(parsed.format, records, summary), nl=False)
+    if parsed.skipped_long_lines:
+        click.echo(f"skipped {parsed.skipped_long_lines:,} line(s) longer than {parsers.MAX_LINE:,} characters "
+                   "(no training stack prints one; not read)")
 
 
 @cli.command("plan")

@@ -6,7 +6,10 @@ nothing excluded, so our figure for a reference log is the figure the reference 
 
 from __future__ import annotations
 
+import math
+import operator
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from nlp_bench import flops
@@ -51,10 +54,34 @@ def tokens_per_s(global_batch_size: int, seq_length: int, iteration_time_s: floa
     return global_batch_size * seq_length / iteration_time_s
 
 
+# A log can print any finite number, and rates derived from them can overflow. What these figures feed
+# (the JSON contract, tables, means) takes a finite number or None, never inf or nan, and never raises.
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _figure(formula: Callable[..., float], *args: float) -> float | None:
+    """formula(*args), or None where that is no finite number."""
+    try:
+        return _finite(formula(*args))
+    except (OverflowError, ZeroDivisionError):  # an int too large for a float, or a zero
+        return None
+
+
+def _mean(values: list[float]) -> float | None:
+    """The mean, or None where the values' sum overflows."""
+    try:
+        return _finite(statistics.fmean(values))
+    except OverflowError:
+        return None
+
+
 def summarise(records: list[Record], seq_length: int, global_batch_size: int | None = None,
               shape: flops.Shape | None = None, devices: int | None = None, peak_tflops: float | None = None,
               report_tokens: int = flops.REPORT_TOKENS) -> Summary | None:
-    """Summary over all intervals, or None when the log has no complete iteration line.
+    """Summary over all intervals, or None when the log has no complete iteration line (or only times so
+    large that their mean overflows).
 
     TFLOPs per GPU is the mean of the logged values when the log has them (JUPITER convention);
     otherwise it is computed with that convention from `shape` and `devices`. MFU uses Megatron's
@@ -65,11 +92,13 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
     gbs = global_batch_size or records[-1].global_batch_size
     if not gbs:
         raise ValueError("the log does not give the global batch size; pass it")
-    mean_time = statistics.fmean(r.iteration_time_s for r in records)
+    mean_time = _mean([r.iteration_time_s for r in records])
+    if mean_time is None:
+        return None  # times so large their sum overflows: no figure to report
     tps = tokens_per_s(gbs, seq_length, mean_time)
     logged = [r.tflops_per_gpu for r in records if r.tflops_per_gpu is not None]
     if logged:
-        avg_tflops = statistics.fmean(logged)
+        avg_tflops = _mean(logged)
     elif shape is not None and devices:
         avg_tflops = flops.tflops_per_device(flops.jupiter_flops(shape), mean_time, devices)
     else:
@@ -103,15 +132,18 @@ def t95(df: int) -> float:
 
 
 def record_view(record: Record, seq_length: int | None) -> dict:
-    """One record as the documented JSON contract has it; null where the log cannot say."""
+    """One record as the documented JSON contract has it; null where the log cannot say, and where a rate
+    derived from it is no finite number (a time so short, or a batch so large, that it overflows)."""
     gbs, seconds = record.global_batch_size, record.iteration_time_s
-    samples = record.samples_per_s if record.samples_per_s is not None else (gbs / seconds if gbs and seconds else None)
+    samples = record.samples_per_s
+    if samples is None and gbs and seconds:
+        samples = _figure(operator.truediv, gbs, seconds)
     if gbs and seq_length and seconds:
-        tokens = tokens_per_s(gbs, seq_length, seconds)
+        tokens = _figure(tokens_per_s, gbs, seq_length, seconds)
     elif record.tokens_per_s is not None:
         tokens = record.tokens_per_s
     else:
-        tokens = samples * seq_length if samples is not None and seq_length else None
+        tokens = _figure(operator.mul, samples, seq_length) if samples is not None and seq_length else None
     return {"iteration": record.iteration, "iteration_time_s": seconds, "global_batch_size": gbs,
             "seq_length": seq_length, "tokens_per_s": tokens, "samples_per_s": samples,
             "tflops_per_gpu": record.tflops_per_gpu, "loss": record.loss}
@@ -129,15 +161,23 @@ def warmup_count(rates: list[float]) -> int:
 
 
 def spread(values: list[float]) -> dict | None:
-    """Mean, median, sample standard deviation and the 95% confidence interval of the mean."""
-    if not values:
+    """Mean, median, sample standard deviation and the 95% confidence interval of the mean; None (or a None
+    figure) where the values are so large that a figure overflows."""
+    mean = _mean(values) if values else None
+    if mean is None:
         return None
-    mean = statistics.fmean(values)
     if len(values) < 2:
         return {"mean": mean, "median": mean, "std": None, "ci95": None}
-    std = statistics.stdev(values)
-    half = t95(len(values) - 1) * std / len(values) ** 0.5
-    return {"mean": mean, "median": statistics.median(values), "std": std, "ci95": [mean - half, mean + half]}
+    try:
+        std = _finite(statistics.stdev(values))
+    except (OverflowError, ValueError):
+        std = None
+    ci95 = None
+    if std is not None:
+        half = t95(len(values) - 1) * std / len(values) ** 0.5
+        if math.isfinite(mean - half) and math.isfinite(mean + half):
+            ci95 = [mean - half, mean + half]
+    return {"mean": mean, "median": _finite(statistics.median(values)), "std": std, "ci95": ci95}
 
 
 def steady_summary(records: list[Record], seq_length: int | None,
@@ -153,11 +193,12 @@ def steady_summary(records: list[Record], seq_length: int | None,
     steady_samples = [s for s in samples[skip:] if s is not None]
     times = [r.iteration_time_s for r in records]
     gbs = records[-1].global_batch_size if records else None
-    if records and gbs and seq_length and all(times):
-        all_intervals = tokens_per_s(gbs, seq_length, statistics.fmean(times))
+    mean_time = _mean(times) if records and all(times) else None
+    if gbs and seq_length and mean_time:
+        all_intervals = _figure(tokens_per_s, gbs, seq_length, mean_time)
     else:
         known = [t for t in tokens if t is not None]
-        all_intervals = statistics.fmean(known) if known else None
+        all_intervals = _mean(known) if known else None
     tokens_spread = spread(steady_tokens)
     summary = {
         "iterations": records[-1].iteration if records else 0,
@@ -165,9 +206,9 @@ def steady_summary(records: list[Record], seq_length: int | None,
         "warmup_excluded": skip,
         "tokens_per_s": tokens_spread,
         "tokens_per_s_all_intervals": all_intervals,
-        "samples_per_s": statistics.fmean(steady_samples) if steady_samples else None,
+        "samples_per_s": _mean(steady_samples) if steady_samples else None,
         "report_tokens": report_tokens,
-        "time_to_report_s": (flops.time_to_report(tokens_spread["mean"], report_tokens)
+        "time_to_report_s": (_figure(flops.time_to_report, tokens_spread["mean"], report_tokens)
                              if tokens_spread and tokens_spread["mean"] > 0 else None),
     }
     return views, summary

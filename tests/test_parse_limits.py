@@ -1,0 +1,337 @@
+"""Reading a log costs time in proportion to its size and memory in proportion to its records, whatever its
+lines hold; a line too long to be a log line is skipped and counted; `bench parse --json` prints JSON (no
+NaN, no Infinity). No test here times anything: the crafted lines run under a generous timeout that only a
+parser slower than linear (the first versions took minutes on them) can hit."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import tracemalloc
+
+import pytest
+from conftest import DATA, ROOT, run_bench
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_parsers_fuzz import mutated_logs
+
+from nlp_bench.analysis import metrics, parsers
+
+LOGS = DATA / "logs"
+JUPITER = (LOGS / "megatron_jupiter.log").read_text()
+GOOD = JUPITER.splitlines()[0]  # iteration 10
+
+
+def _strict(text: str):
+    """json.loads that refuses NaN and Infinity, which are no JSON."""
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def _iteration(n: int) -> str:
+    return GOOD.replace("iteration       10/", f"iteration {n:8d}/")
+
+
+def test_a_long_line_among_good_lines_is_skipped_and_counted(tmp_path):
+    long_record = _iteration(25) + " " * (parsers.MAX_LINE + 10) + "|"  # a record, but no log prints such a line
+    text = "\n".join([_iteration(10), "x" * 200_000, _iteration(20), long_record, _iteration(30)]) + "\n"
+    log = tmp_path / "job.out"
+    log.write_text(text)
+    for parsed in (parsers.parse(text), parsers.parse_log(log), parsers.parse_log(log, chunk_bytes=4096)):
+        assert [r.iteration for r in parsed.records] == [10, 20, 30]
+        assert parsed.skipped_long_lines == 2 and parsed.format == "megatron-jupiter"
+    exact = "iteration 40/ 100 | elapsed time per iteration (s): 1.0 |"
+    at_limit = exact + " " * (parsers.MAX_LINE - len(exact))
+    assert parsers.parse(at_limit + "\n").records[0].iteration == 40, "a line of exactly MAX_LINE is read"
+    with pytest.raises(parsers.NoRecords, match="skipped 1 line"):
+        parsers.parse(at_limit + " \n")
+    assert parsers.parse_line(at_limit) is not None and parsers.parse_line(at_limit + " ") is None
+
+
+def test_a_long_torn_last_line_is_counted_too(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text(_iteration(10) + "\n" + "y" * (3 * parsers.MAX_LINE))
+    for chunk in (1000, parsers.CHUNK_BYTES):
+        parsed = parsers.parse_log(log, chunk_bytes=chunk)
+        assert [r.iteration for r in parsed.records] == [10] and parsed.skipped_long_lines == 1
+
+
+def test_a_progress_bar_log_is_one_long_line_of_short_redraws(tmp_path):
+    """NxD Training redraws its bar with carriage returns: one `\\n` line of hundreds of KB is normal there,
+    and each redraw is read."""
+    bars = (LOGS / "nxdt.log").read_bytes().decode().split("\n")[1]
+    redraws = bars.split("\r")
+    line = "\r".join(redraws[:1] * 2000 + redraws)  # the first step drawn 2000 times, then the rest
+    assert len(line) > 4 * parsers.MAX_LINE
+    log = tmp_path / "nxdt.log"
+    log.write_bytes((line + "\n").encode())
+    expected = parsers.parse_file(LOGS / "nxdt.log")
+    for parsed in (parsers.parse_log(log), parsers.parse_log(log, chunk_bytes=777), parsers.parse(line + "\n")):
+        assert parsed.format == "nxdt" and parsed.skipped_long_lines == 0
+        assert [(r.iteration, r.loss) for r in parsed.records] == [(r.iteration, r.loss) for r in expected]
+
+
+CRAFTED = textwrap.dedent('''
+    import json, sys
+    from nlp_bench.analysis import parsers
+    size = int(sys.argv[1])
+    good = sys.argv[2]
+    header = "[default3]: iteration       15/ 3125000 |"
+    def rep(unit, n):
+        return (unit * (n // len(unit) + 1))[:n]
+    shapes = {
+        "header, spaces": header + " " * size + "x", "header, tabs": header + "\\t" * size + "x",
+        "header, letters": header + "a" * size, "header, a:": header + rep("a:", size),
+        "header, words and a colon": header + rep("ab ", size) + ": 1 |",
+        "header, many fields": header + rep(" a b: 1 |", size), "iteration repeated": rep("iteration ", size),
+        "pipes": rep("|", size), "letters": "a" * size, "spaces": " " * size,
+        "LOG repeated": rep("LOG ", size) + "- (0, 1) step_loss : " + "x" * 1000,
+        "nested bars": rep("Epoch 0: 1%|| 1/2 [", size // 2) + ", 1s/it" + rep(", a=1", size // 2),
+        "bar, postfix not closed": "Epoch 0: 3%|| 1/2 [x, 1s/it" + rep(", a=1", size),
+    }
+    found = {}
+    for name, line in shapes.items():
+        text = good + "\\n" + line + "\\n" + good.replace("iteration       10/", "iteration       20/") + "\\n"
+        parsed = parsers.parse(text)
+        alone = [parsers._read([text], [parser], limit=len(text)) for parser in parsers._PARSERS]  # no limit
+        found[name] = [[r.iteration for r in parsed.records], parsed.skipped_long_lines,
+                       [[r.iteration for r in scans[0].result()[0]] for scans, _ in alone],
+                       sum(skipped for _, skipped in alone)]
+    print(json.dumps(found))
+''')
+
+
+def test_crafted_lines_take_linear_time():
+    """Lines crafted against patterns that scan a line again from every position (a lazy `key:` search, a
+    lazy gap after every `LOG `, bars nested in a bar): at 150 KB the first parsers took minutes on each.
+    Here they are skipped for their length, and read in full with no length limit, within the timeout."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", CRAFTED, "150000", GOOD], capture_output=True, text=True,
+                              timeout=30, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("parsing 150 KB crafted lines took more than 30 s: something is slower than linear")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, (records, skipped, unlimited, none_skipped) in json.loads(proc.stdout).items():
+        assert records == [10, 20] and skipped == 1, name
+        assert unlimited == [[10, 20], [], []] and none_skipped == 0, name
+
+
+def test_an_iteration_number_too_long_for_int_is_no_record():
+    """Python refuses int() of more than 4300 digits (ValueError): such a line is no record, not a crash."""
+    line = "iteration " + "7" * 5000 + "/ 10 | elapsed time per iteration (s): 1.0 |"
+    assert parsers.parse_line(line, terminated=True) is None
+    assert parsers.parse_text(line + "\n" + GOOD + "\n")[0].iteration == 10
+    assert parsers.parse_text("Epoch 0: 1%|| " + "9" * 5000 + "/2 [x, 1s/it, loss=1.0]\n") == []
+    bert = "LOG x - (0, " + "9" * 5000 + ") step_loss : 1.0  learning_rate : 1  throughput : 2\n"
+    assert parsers.parse_text(bert) == []
+
+
+GOOD_MS = " iteration 10/ 100 | elapsed time per iteration (ms): 1000.0 | global batch size: 8 |\n"
+
+
+@pytest.mark.parametrize("line,records,tokens", [
+    # a time of 1e-320 ms made tokens/s Infinity, which no JSON parser reads: such a time is a broken line
+    (" iteration 20/ 100 | elapsed time per iteration (ms): 1e-320 | global batch size: 8 |\n", [10], [16384.0]),
+    # a logged rate whose tokens/s overflows keeps its record, with tokens/s null
+    (" iteration 30/ 100 | elapsed time per iteration (ms): 1000.0 | samples per second: 1e308 |\n", [10, 30],
+     [16384.0, None]),
+])
+def test_parse_json_has_no_nan_or_infinity(tmp_path, line, records, tokens):
+    log = tmp_path / "job.out"
+    log.write_text(GOOD_MS + line)
+    proc = run_bench("parse", str(log), "--json", "--seq-length", "2048", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = _strict(proc.stdout)
+    assert [r["iteration"] for r in out["records"]] == records
+    assert [r["tokens_per_s"] for r in out["records"]] == tokens
+    assert out["summary"]["tokens_per_s"]["mean"] == 8 * 2048 and out["skipped_long_lines"] == 0
+
+
+def test_a_line_whose_only_time_is_broken_is_no_record(tmp_path):
+    """Alone, the 1e-320 ms line printed `"tokens_per_s": Infinity`; beside a good line it crashed the
+    summary with a traceback. It is no record: alone, the log has none (one line, exit 2)."""
+    log = tmp_path / "job.out"
+    log.write_text(" iteration 20/ 100 | elapsed time per iteration (ms): 1e-320 | global batch size: 8 |\n")
+    proc = run_bench("parse", str(log), "--json", "--seq-length", "2048", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0 and "no iteration records" in proc.stderr
+
+
+def test_parse_reports_skipped_lines_in_text_and_json(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text(JUPITER.replace("srun: error", "z" * 100_000, 1))
+    pretty = run_bench("parse", str(log), cwd=tmp_path)
+    assert pretty.returncode == 0, pretty.stderr
+    assert "skipped 1 line(s) longer than 65,536 characters" in pretty.stdout
+    out = _strict(run_bench("parse", str(log), "--json", cwd=tmp_path).stdout)
+    assert out["skipped_long_lines"] == 1 and out["summary"]["intervals"] == 6
+    nothing = tmp_path / "nothing.out"
+    nothing.write_text("z" * 100_000 + "\n")
+    proc = run_bench("parse", str(nothing), cwd=tmp_path)
+    assert proc.returncode == 2 and "skipped 1 line(s) longer than 65,536 characters" in proc.stderr
+
+
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+POSITIVE = st.floats(min_value=5e-324, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def extreme_records(draw):
+    records = []
+    for iteration in range(1, draw(st.integers(1, 8)) + 1):
+        records.append(parsers.Record(
+            iteration, None, draw(st.none() | POSITIVE), global_batch_size=draw(st.none() | st.integers(1, 2**62)),
+            samples_per_s=draw(st.none() | POSITIVE), tokens_per_s=draw(st.none() | POSITIVE),
+            tflops_per_gpu=draw(st.none() | POSITIVE), loss=draw(st.none() | FINITE)))
+    return records
+
+
+@settings(max_examples=300, deadline=None)
+@given(extreme_records(), st.none() | st.integers(1, 2**40) | st.just(10**400), st.integers(1, 10**30))
+def test_summaries_of_any_finite_records_are_json(records, seq_length, tokens):
+    """Whatever finite numbers a log gives (a time of 5e-324 s, a rate of 1e308), the figures computed from
+    them are finite or null: never inf or nan, never an OverflowError."""
+    views, summary = metrics.steady_summary(records, seq_length, tokens)
+    json.dumps({"records": views, "summary": summary}, allow_nan=False)
+    for view in views:
+        assert all(v is None or math.isfinite(v) for v in view.values() if isinstance(v, float))
+
+
+@st.composite
+def logs_as_bytes(draw):
+    """A real-shaped log, perhaps with bytes that are not UTF-8 and CRLF line breaks, as bytes."""
+    text = draw(mutated_logs())
+    if draw(st.booleans()):
+        text = text.replace("\n", "\r\n")
+    data = bytearray(text.encode("utf-8"))
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(data)))
+        data[at:at] = draw(st.binary(min_size=1, max_size=3))
+    return bytes(data)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(logs_as_bytes(), st.integers(1, 97), st.sampled_from([None, "megatron", "nxdt", "hf-bert"]))
+def test_streaming_a_file_gives_what_the_whole_text_gives(data, chunk_bytes, fmt):
+    """Chunk boundaries fall anywhere: inside a line, between \\r and \\n, inside a multi-byte character."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "job.out")
+        with open(path, "wb") as fh:
+            fh.write(data)
+        try:
+            whole = parsers.parse(data.decode("utf-8", errors="replace"), fmt)
+        except parsers.NoRecords:
+            whole = None
+        try:
+            streamed = parsers.parse_log(path, fmt, chunk_bytes=chunk_bytes)
+        except parsers.NoRecords:
+            streamed = None
+    assert streamed == whole
+
+
+def _without_long_lines(text: str, limit: int) -> tuple[str, int]:
+    """The text with its lines longer than `limit` left out, and how many there were (the plain way)."""
+    lines = text.replace("\r", "\n").split("\n")
+    torn = lines.pop()
+    kept = [line for line in lines if len(line) <= limit]
+    skipped = len(lines) - len(kept) + (len(torn) > limit)
+    return "".join(line + "\n" for line in kept) + (torn if len(torn) <= limit else ""), skipped
+
+
+@st.composite
+def logs_with_long_lines(draw):
+    text = draw(mutated_logs())
+    for _ in range(draw(st.integers(0, 4))):
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(["\n", "\r", ""])) + "q" * draw(st.integers(1, 900)) + text[at:]
+    return text
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(logs_with_long_lines(), st.integers(30, 600), st.lists(st.integers(0, 5000), max_size=12))
+def test_long_lines_are_left_out_wherever_the_pieces_are_cut(text, limit, cuts):
+    """Reading in pieces with a line-length limit gives what reading the text without its long lines gives,
+    and counts them, wherever the pieces are cut."""
+    bounds = sorted({0, len(text), *(min(c, len(text)) for c in cuts)})
+    pieces = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    short, expected_skipped = _without_long_lines(text, limit)
+    names = list(parsers._PARSERS)
+    scans, skipped = parsers._read(pieces, names, limit)
+    want, _ = parsers._read([short], names, limit=len(short) + 1)
+    assert skipped == expected_skipped
+    assert [scan.result() for scan in scans] == [scan.result() for scan in want]
+
+
+def _one_line_at_a_time(text: str) -> list:
+    """Megatron records by their definition: each line read alone from its first "iteration" (the last one,
+    without its line break, as possibly cut), the first line giving an iteration's record counting."""
+    lines = text.replace("\r", "\n").split("\n")
+    torn = lines.pop()
+    seen = {}
+    for line, terminated in [*((line, True) for line in lines), (torn, False)]:
+        at = line.find("iteration")
+        record = parsers.parse_line(line[at:], terminated) if at >= 0 else None
+        if record is not None:
+            seen.setdefault(record.iteration, record)
+    return [seen[i] for i in sorted(seen)]
+
+
+@st.composite
+def megatron_logs(draw):
+    """Real-shaped Megatron logs long enough, and repetitive enough, for the compiled layouts to be used."""
+    text = draw(mutated_logs())
+    return "".join(draw(st.permutations([text] * 3 + [JUPITER, (LOGS / "megatron_ms.log").read_text()])))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(megatron_logs())
+def test_compiled_layouts_give_each_line_its_own_record(text):
+    """The fast path (one regex per layout over many lines, numbers converted a column at a time) gives
+    exactly the records that reading every line on its own gives."""
+    original = parsers._NEW_LAYOUT_LINES
+    parsers._NEW_LAYOUT_LINES = 0  # compile a layout at the first whole line, however short the log
+    try:
+        scans, _ = parsers._read([text], ["megatron"])
+    finally:
+        parsers._NEW_LAYOUT_LINES = original
+    assert scans[0].layouts, "the layout path must be the one tested"
+    assert scans[0].result()[0] == _one_line_at_a_time(text)
+
+
+def test_memory_does_not_grow_with_the_text(tmp_path):
+    """A file of noise, a few records and a 2 MB line, read 64 KiB at a time: what is allocated at the peak
+    is a small part of the file (reading it whole allocated it twice over, bytes and text)."""
+    log = tmp_path / "job.out"
+    noise = "[default0]:jwb0001:12345:12399 [0] NCCL INFO Channel 03/24 : 0[0] -> 1[1] via P2P/IPC/read\n" * 1000
+    with log.open("w") as fh:
+        for k in range(1, 81):
+            fh.write(noise + _iteration(10 * k) + "\n")
+            if k == 40:
+                fh.write("w" * 2_000_000 + "\n")
+    size = log.stat().st_size
+    assert 8_000_000 < size < parsers.PARALLEL_BYTES
+    tracemalloc.start()
+    try:
+        parsed = parsers.parse_log(log, chunk_bytes=1 << 16)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [r.iteration for r in parsed.records] == list(range(10, 810, 10)) and parsed.skipped_long_lines == 1
+    assert peak < size / 8, f"peak {peak:,} bytes while reading a {size:,}-byte file"
+
+
+def test_the_perf_script_runs_at_a_tiny_size(tmp_path):
+    """benchmark/perf/parse.py as RESULTS.md's figures were taken, at sizes CI can afford."""
+    script = ROOT / "benchmark" / "perf" / "parse.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for args, needle in ((["--megabytes", "1", "--repeats", "1"], "read + parse"),
+                         (["--mode", "linear", "--line-megabytes", "0.1,0.2", "--repeats", "1"], "nested"),
+                         (["--mode", "memory", "--memory-megabytes", "2"], "parsers.parse_log")):
+        proc = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert needle in proc.stdout
