@@ -302,9 +302,23 @@ def test_a_stray_run_json_is_listed_after_the_table(tmp_path, here):
 
 @pytest.mark.parametrize("command", [("status",), ("result", "table"), ("run", "--tag", "smoke", "--dry-run"),
                                      ("sweep", "--resume", "x")])
-def test_a_results_folder_that_is_a_device_is_one_line(here, command):
-    proc = here("--results-dir", "/dev/null", *command)
-    one_line(proc, "/dev/null")
+def test_a_results_folder_that_is_a_device_is_one_line(here, monkeypatch, command):
+    monkeypatch.setenv("NLP_BENCH_RESULTS", "/dev/null")
+    one_line(here(*command), "/dev/null")
+
+
+def test_the_newest_run_is_the_last_made_whatever_the_time_zone(tmp_path):
+    """A run made in a zone fourteen hours ahead, then one made in a zone twelve hours behind (a DST fall-back
+    is the same, one hour): the second is the newest."""
+    made = []
+    for zone in ("UTC-14", "UTC+12"):
+        env = {**{k: v for k, v in os.environ.items() if k != "NLP_BENCH_RESULTS"}, "TZ": zone}
+        proc = subprocess.run([str(BENCH), "run", "--tag", "smoke", "--dry-run"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        made.append(re.search(r"^run (\S+):", proc.stdout, re.M).group(1))
+    status = run_bench("status", cwd=tmp_path)
+    assert f"run {made[1]}" in status.stdout, (made, status.stdout)
 
 
 # --- full and read-only file systems -----------------------------------------------------------------
@@ -447,13 +461,25 @@ def test_a_bad_grid_file_is_one_line_in_bounded_time_and_memory(tmp_path, case):
 # --- logs that used to take minutes or gigabytes -------------------------------------------------------
 
 def test_crafted_and_huge_lines_parse_in_bounded_time(tmp_path):
-    """Lines that two regexes took quadratic time on (267 s for 150 KB), and a job.out with a 37 KB line that
-    made the result table take ten seconds: each command ends well inside its timeout."""
+    """Lines that regexes took quadratic time on (267 s for 150 KB), a single line of 100 MB (68 s, and its
+    whole text in memory), and a job.out with a 37 KB line that made the result table take ten seconds:
+    each command ends well inside its timeout and its 1 GiB of address space."""
     crafted = tmp_path / "crafted.log"
-    crafted.write_text(" iteration 1/ 10 |" + " elapsed time per iteration (s): 1.0 x" * 4000 + "\n"
-                       + "iteration " * 15_000 + "\n" + "a: " * 50_000 + "\n")
-    proc = _bounded_bench("parse", str(crafted), "--seq-length", "2048", cwd=tmp_path, timeout=60)
-    assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
+    crafted.write_text(" iteration 1/ 10 |" + " " * 150_000 + "x\n" + "iteration " * 15_000 + "\n"
+                       + "LOG " * 40_000 + "\n" + "a: " * 50_000 + "\n"
+                       + " iteration 2/ 10 | elapsed time per iteration (s): 0.5 | global batch size: 8 |\n")
+    proc = _bounded_bench("parse", str(crafted), "--seq-length", "2048", "--json", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert [r["iteration"] for r in found["records"]] == [2] and found["skipped_long_lines"] >= 1
+    huge = tmp_path / "huge.log"
+    with huge.open("w") as fh:
+        fh.write(" iteration 1/ 10 | elapsed time per iteration (s): 0.5 | global batch size: 8 |\n")
+        for _ in range(100):
+            fh.write("iteration : | " * 75_000)  # 100 lines' worth of 1 MB, all one line
+        fh.write("\n")
+    proc = _bounded_bench("parse", str(huge), "--seq-length", "2048", "--json", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["skipped_long_lines"] == 1, proc.stderr
     run, (folder,) = dry_points(tmp_path)
     measured(folder)
     with (folder / "job.out").open("a") as fh:

@@ -725,14 +725,8 @@ def parse_text(text: str) -> list[Record]:
 def read_log(path: Path) -> str:
     """A log's whole text, for callers that search it for more than records (parse_log reads a log for its
     records in bounded memory); bytes that are not UTF-8 (a torn multi-byte character) become U+FFFD."""
-    try:
-        return Path(path).read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ParseError(f"log not found: {path}") from None
-    except IsADirectoryError:
-        raise ParseError(f"{path} is a folder, not a log") from None
-    except OSError as exc:
-        raise ParseError(f"cannot read {path}: {exc.strerror}") from None
+    with _opened(path) as fh:
+        return fh.read().decode("utf-8", errors="replace")
 
 
 @contextlib.contextmanager

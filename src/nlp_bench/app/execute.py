@@ -342,8 +342,8 @@ def _run_point(executor: Executor, refresher: Refresher, folder: Path, options: 
                 console.print(f"interrupted: job cancelled; its output is in {folder}")
                 raise _Interrupted from None
             except StoreError as exc:
-                raise StoreError(f"{exc}; job {job_id} was not stopped: `bench status` records how it ended once "
-                                 "the folder can be written where it now is") from None
+                raise StoreError(f"{exc}; job {job_id} was left as it is: once this is fixed, `bench status` "
+                                 "(run from the folder's results root) records how it ended") from None
     except locks.Busy as exc:
         say(f"  {folder.name}: skipped, {exc}")
         return None

@@ -14,6 +14,8 @@ from typing import Protocol
 
 from nlp_bench.store import states
 from nlp_bench.store.names import JOBSCRIPT
+from nlp_bench.store.point_folder import PointDir
+from nlp_bench.store.records import Attempt
 
 
 def job_environment(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -31,6 +33,22 @@ class Cancelled:
 
     confirmed: bool
     detail: str
+
+
+def open_attempt(point_dir: Path) -> tuple[PointDir, Attempt | None]:
+    """The point and the attempt a poll must ask its scheduler about; None where no scheduler need be asked
+    (never submitted, or ended). StoreError where the point's folder is gone."""
+    point = PointDir(point_dir)
+    point.require()
+    attempt = point.attempt()
+    if attempt is None or attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
+        return point, None
+    return point, attempt
+
+
+def settled_state(point: PointDir) -> str:
+    """The recorded state of a point open_attempt found nothing to ask about."""
+    return point.state().state
 
 
 class Executor(Protocol):

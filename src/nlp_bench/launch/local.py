@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
-from nlp_bench.launch.executor import Cancelled, job_environment
+from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt, settled_state
 from nlp_bench.launch.outcome import finish
 from nlp_bench.store import locks, protocol, states
 from nlp_bench.store.names import JOB_ERR, JOB_OUT, JOBSCRIPT, OUTPUTS, SUBMITTED
@@ -122,13 +122,9 @@ class LocalExecutor:
         return job_id
 
     def poll(self, point_dir: Path) -> str:
-        point = PointDir(point_dir)
-        point.require()
-        attempt = point.attempt()
+        point, attempt = open_attempt(point_dir)
         if attempt is None:
-            return states.NOT_SUBMITTED
-        if attempt.state in states.TERMINAL:
-            return attempt.state
+            return settled_state(point)
         if attempt.job_id is None:
             return self._unstarted(point)
         proc = self._children.get(attempt.job_id)

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
-from nlp_bench.launch.executor import Cancelled, job_environment
+from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt, settled_state
 from nlp_bench.launch.outcome import finish
 from nlp_bench.store import protocol, states
 from nlp_bench.store.names import JOB_OUT, JOBSCRIPT
@@ -340,13 +340,9 @@ class SlurmExecutor:
     # --- watching ---------------------------------------------------------------------------------
 
     def poll(self, point_dir: Path) -> str:
-        point = PointDir(point_dir)
-        point.require()
-        attempt = point.attempt()
+        point, attempt = open_attempt(point_dir)
         if attempt is None:
-            return states.NOT_SUBMITTED
-        if attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
-            return attempt.state
+            return settled_state(point)
         if attempt.state == states.SUBMITTING:
             attempt = self._reconcile(point)
             if attempt.state != states.PENDING:
