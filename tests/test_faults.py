@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, job, record_job, run_bench
 
-pytestmark = pytest.mark.faults
+#: each test's bound: a fault that hangs bench fails its test, it does not hang CI
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 
 STUB = ROOT / "tests" / "fixtures" / "stub_jobscript.sbatch.j2"
 BENCH = Path(sys.executable).parent / "bench"
@@ -145,6 +146,8 @@ def test_a_dry_run_killed_while_writing_leaves_no_half_run(tmp_path):
     proc.kill()
     proc.wait(timeout=30)
     assert not list(tmp_path.glob("results/nlp/*/run.json"))
+    for half in tmp_path.glob("results/nlp/.creating-*"):
+        os.utime(half, (0, 0))  # as a later run finds it: untouched for long
     one_line(run_bench("status", cwd=tmp_path), "no runs under")
     one_line(run_bench("result", "table", cwd=tmp_path), "no runs under")
     assert run_bench("run", "--tag", "smoke", "--dry-run", cwd=tmp_path).returncode == 0
@@ -155,10 +158,13 @@ def test_a_dry_run_killed_while_writing_leaves_no_half_run(tmp_path):
 # --- one launcher per point ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("first", ["sweep", "resume"])
-def test_a_second_bench_on_a_running_run_never_runs_a_point_twice(tmp_path, stub_site, gate, first):
+def test_a_second_bench_on_a_running_run_never_runs_a_point_twice_nor_beside_another(tmp_path, stub_site, gate,
+                                                                                     monkeypatch, first):
     """A sweep (or a resume) runs its first point; a resume started beside it leaves that point (running, or
-    locked by its holder, whom it names) and runs the next; whichever gets the last runs it; every job ran
-    once, in its own folder."""
+    locked by its holder, whom it names) and waits, saying so, for the local job to end before it runs the
+    next: every job ran once, in its own folder, and never two at a time (each would measure the other)."""
+    timeline = tmp_path / "timeline"
+    monkeypatch.setenv("NLP_BENCH_TEST_TIMELINE", str(timeline))
     run, points = dry_points(tmp_path, [1, 2, 3])
     one = start("sweep", "--resume", run.name, cwd=tmp_path) if first == "resume" else None
     if one is None:
@@ -168,20 +174,45 @@ def test_a_second_bench_on_a_running_run_never_runs_a_point_twice(tmp_path, stub
         run = next(tmp_path.glob("results/nlp/*/run.json")).parent
         points = sorted(p for p in run.iterdir() if p.is_dir())
     until(lambda: started(points[0]), "the first point's job")
-    two = start("sweep", "--resume", run.name, cwd=tmp_path)
-    until(lambda: started(points[1]), "the second bench to run the next point")
+    said = tmp_path / "two.out"
+    with said.open("w") as out:
+        two = subprocess.Popen([str(BENCH), "sweep", "--resume", run.name], cwd=tmp_path, stdout=out,
+                               stderr=subprocess.PIPE, text=True)
+    until(lambda: "waiting, the local jobs of " in said.read_text(), "the second bench to wait its turn")
+    assert not started(points[1]), "a second local job started beside the first"
     gate.touch()
     out_one, err_one = finish(one)
-    out_two, err_two = finish(two)
+    _, err_two = finish(two)
+    out_two = said.read_text()
     assert one.returncode == 0 and two.returncode == 0, err_one + err_two
-    # the second bench saw the first point running, or found it locked by the first: it left it either way
     assert f"kept {points[0].name} (RUNNING)" in out_two or re.search(
         rf"{points[0].name}: skipped, point \S+ is in use by bench pid {one.pid} ", out_two), out_two
     for folder in points:
         assert len((folder / "ran.pids").read_text().split()) == 1, f"{folder.name} ran more than once"
         assert (job(folder).number, job(folder).state) == (1, "COMPLETED")
+    events = [line.split()[:2] for line in timeline.read_text().splitlines()]
+    assert [kind for kind, _ in events] == ["start", "end"] * 3, events
+    assert all(float(a[1]) <= float(b[1]) for a, b in zip(events, events[1:], strict=False)), events
     rows = csv_rows(run_bench("result", "table", run.name, "--format", "csv", cwd=tmp_path).stdout)
     assert [r["state"] for r in rows] == ["COMPLETED"] * 3 and all(float(r["Tokens/sec"]) > 0 for r in rows)
+
+
+def test_cancelling_a_local_sweep_stops_it(tmp_path, stub_site, gate):
+    """`bench cancel RUN` while a local sweep runs its first point: that job ends, and the points not yet
+    submitted are marked cancelled, so the sweep starts none of them."""
+    (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {gas: [1, 2, 3]}\n")
+    sweep = start("sweep", "g.yaml", cwd=tmp_path)
+    until(lambda: list(tmp_path.glob("results/nlp/*/*/ran.pids")), "the first job")
+    run = next(tmp_path.glob("results/nlp/*/run.json")).parent
+    cancel = run_bench("cancel", run.name, cwd=tmp_path)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+    assert cancel.stdout.count("cancelled before it was submitted") == 2, cancel.stdout
+    out, err = finish(sweep)
+    points = sorted(p for p in run.iterdir() if p.is_dir())
+    assert [job(p).state for p in points] == ["CANCELLED"] * 3, out + err
+    assert [started(p) for p in points] == [True, False, False]
+    again = run_bench("sweep", "--resume", run.name, "--dry-run", cwd=tmp_path)
+    assert "3 point(s) to run again" in again.stdout, again.stdout
 
 
 def test_a_jobscript_rewritten_while_its_job_runs_changes_neither_the_job_nor_its_record(tmp_path, stub_site, gate):
@@ -251,11 +282,26 @@ def test_a_log_that_grows_within_its_last_second_is_read_again(tmp_path, here):
 
 # --- a damaged or stray file is one line, and the rest is shown -------------------------------------
 
+def _wrong_field(raw: bytes) -> bytes:
+    """Valid JSON, one field of the wrong kind or gone (a hand edit): what each record's readers need most."""
+    data = json.loads(raw)
+    if "attempts" in data:
+        data["attempts"][0]["process"] = "x"
+    elif "layout" in data:
+        del data["layout"]
+    elif "summary" in data:
+        data["summary"]["tokens_per_s"] = "abc"
+    else:
+        data["points"] = "x"
+    return json.dumps(data).encode()
+
+
 DAMAGE = {
     "empty": lambda raw: b"",
     "truncated": lambda raw: raw[: len(raw) // 2],
     "garbled": lambda raw: b"\x00\xff\xfe" + raw[3:],
     "wrong shape": lambda raw: b"[1, 2, 3]\n",
+    "a field of the wrong kind": _wrong_field,
 }
 
 
@@ -298,6 +344,47 @@ def test_a_stray_run_json_is_listed_after_the_table(tmp_path, here):
     assert table.returncode == 0 and len(csv_rows(table.stdout)) == 1, table.stderr
     assert f"{stray.relative_to(tmp_path)}: id must be str, found missing" in table.stderr
     assert here("status").returncode == 0  # the newest readable run
+
+
+def test_a_point_whose_folder_is_gone_is_named_not_forgotten(tmp_path, here):
+    run, points = dry_points(tmp_path, [1, 2], bench=here)
+    measured(points[1])
+    shutil.rmtree(points[0])
+    status = here("status", run.name)
+    assert status.returncode == 0 and "MISSING" in status.stdout and points[0].name in status.stdout, status.stdout
+    table = here("result", "table", run.name, "--format", "csv")
+    rows = {r["point"]: r["state"] for r in csv_rows(table.stdout)}
+    assert rows == {points[0].name: "MISSING", points[1].name: "COMPLETED"}, table.stdout
+    assert f"{points[0].name}: missing (run.json lists it" in table.stderr
+    resume = here("sweep", "--resume", run.name, "--dry-run")
+    assert resume.returncode == 1 and "0 point(s) to run again, 1 left" in resume.stdout, resume.stdout
+    assert "it cannot be run again; start a new run for it" in resume.stderr
+
+
+def test_a_machine_without_slurm_neither_loses_nor_forgets_a_slurm_job(tmp_path, here, monkeypatch):
+    """`bench status` on a machine without the Slurm client (a laptop with the results synced): Slurm was not
+    asked, so nothing is concluded: the job stays RUNNING, and the view says why."""
+    from nlp_bench.launch import slurm
+
+    run, (folder,) = dry_points(tmp_path, bench=here)
+    record_job(folder, "RUNNING", job_id="4242", job_names=["nlp-bench-smoke"])
+    monkeypatch.setattr(slurm.shutil, "which", lambda name, *a, **k: None)
+    monkeypatch.setattr(slurm, "LOST_AFTER_S", 0.0)
+    for _ in range(2):
+        status = here("status", run.name)
+        assert status.returncode == 0 and "RUNNING" in status.stdout, status.stdout
+        assert "slurm did not answer (no Slurm client (scontrol) on this machine)" in status.stdout + status.stderr
+    assert job(folder).state == "RUNNING"
+
+
+def test_a_damaged_prediction_leaves_the_row_without_it(tmp_path, here):
+    run, (folder,) = dry_points(tmp_path, bench=here)
+    measured(folder)
+    (folder / "prediction.json").write_text('{"tokens_per_s": "fast"}')
+    table = here("result", "table", "--format", "csv")
+    row = csv_rows(table.stdout)[0]
+    assert table.returncode == 0 and row["Predicted_Tokens/sec"] == "" and float(row["Tokens/sec"]) > 0
+    assert "prediction.json: tokens_per_s must be a number or null" in table.stderr
 
 
 @pytest.mark.parametrize("command", [("status",), ("result", "table"), ("run", "--tag", "smoke", "--dry-run"),
@@ -356,6 +443,16 @@ def test_a_full_disk_writes_no_run_and_says_so(tmp_path):
         proc = run_bench("--results-dir", str(small / "results"), "run", "--tag", "smoke", "--dry-run", cwd=tmp_path)
         one_line(proc, "No space left on device", str(small / "results"))
         assert list((small / "results" / "nlp").iterdir()) == [], "nothing half-written is left"
+
+
+def test_a_disk_that_fills_while_a_run_is_written_leaves_no_half_run(tmp_path):
+    """300 point folders on a 1 MiB file system: it fills part way; nothing is left of the run."""
+    with tmpfs(tmp_path / "small", "1m") as small:
+        values = ", ".join(str(g) for g in range(1, 301))
+        (tmp_path / "g.yaml").write_text(f"tag: smoke\nmatrix: {{gas: [{values}]}}\n")
+        proc = run_bench("--results-dir", str(small / "results"), "sweep", "g.yaml", "--dry-run", cwd=tmp_path)
+        one_line(proc, "No space left on device", "nothing was written")
+        assert not any((small / "results" / "nlp").iterdir()), "nothing half-written is left"
 
 
 def test_a_disk_that_fills_while_a_job_runs_loses_nothing(tmp_path, stub_site, gate):
@@ -489,6 +586,8 @@ def test_crafted_and_huge_lines_parse_in_bounded_time(tmp_path):
 
 
 def test_parse_json_never_holds_infinity(tmp_path):
+    """A 1e-320 ms interval made tokens/s infinite: it is no measurement (dropped as broken), and the JSON
+    holds only finite numbers or null."""
     log = tmp_path / "tiny.log"
     log.write_text(" iteration        1/      10 | elapsed time per iteration (ms): 1e-320 | global batch size: 8 |\n"
                    " iteration        2/      10 | elapsed time per iteration (ms): 500.0 | global batch size: 8 |\n")
@@ -497,10 +596,9 @@ def test_parse_json_never_holds_infinity(tmp_path):
     def refuse(constant: str):
         raise AssertionError(f"{constant} in JSON output")
 
-    if proc.returncode == 0:
-        json.loads(proc.stdout, parse_constant=refuse)
-    else:
-        one_line(proc)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout, parse_constant=refuse)
+    assert [r["iteration"] for r in found["records"]] == [2] and found["records"][0]["tokens_per_s"] == 8 * 2048 / 0.5
 
 
 # --- on Slurm: the emulated cluster of tests/slurm_lab.py ---------------------------------------------------
@@ -573,7 +671,8 @@ def test_two_resumes_at_once_submit_each_point_once(on_slurm, tmp_path):
         assert job(folder).number == 1 and job(folder).job_id == on_slurm.jobs_in(folder)[0][0]
     cancel = run_bench("cancel", run.name, cwd=tmp_path)
     assert cancel.returncode == 0 and cancel.stdout.count(": cancelled (jobs ") == 4, cancel.stdout + cancel.stderr
-    assert {state for folder in points for _, state in on_slurm.jobs_in(folder)} == {"CANCELLED"}
+    ending = {"CANCELLED", "COMPLETING"}  # squeue shows a cancelled job COMPLETING while its processes are killed
+    assert {state for folder in points for _, state in on_slurm.jobs_in(folder)} <= ending
 
 
 @pytest.mark.slurm
@@ -588,7 +687,7 @@ def test_a_cancel_slurm_does_not_confirm_is_reported_as_such(on_slurm, tmp_path)
     assert job(folder).state in ("PENDING", "RUNNING"), "an unconfirmed cancel is not recorded as one"
     confirmed = run_bench("cancel", run, cwd=tmp_path)
     assert confirmed.returncode == 0 and ": cancelled (jobs " in confirmed.stdout, confirmed.stdout + confirmed.stderr
-    assert job(folder).state == "CANCELLED" and on_slurm.jobs_in(folder)[0][1] == "CANCELLED"
+    assert job(folder).state == "CANCELLED" and on_slurm.jobs_in(folder)[0][1] in ("CANCELLED", "COMPLETING")
 
 
 @pytest.mark.slurm
@@ -604,7 +703,8 @@ def test_a_chain_is_cancelled_whole(on_slurm, stub_site, tmp_path):
     assert len(chain) == 2
     cancel = run_bench("cancel", folder.parent.name, cwd=tmp_path)
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
-    assert dict(on_slurm.jobs_in(folder)) == {chain[0]: "CANCELLED", chain[1]: "CANCELLED"}
+    found = dict(on_slurm.jobs_in(folder))
+    assert set(found) == set(chain) and set(found.values()) <= {"CANCELLED", "COMPLETING"}, found
 
 
 @pytest.mark.slurm
@@ -677,5 +777,5 @@ def test_status_says_when_slurm_does_not_answer_and_does_not_wait_long(on_slurm,
         took = time.monotonic() - began
     assert status.returncode == 0 and "RUNNING" in status.stdout, status.stdout + status.stderr
     assert "slurm did not answer" in status.stdout + status.stderr, status.stdout + status.stderr
-    assert took < 60, f"bench status took {took:.0f} s with the controller hung"
+    assert took < 20, f"bench status took {took:.0f} s with the controller hung (its questions wait 3 s each)"
     assert job(folder).state == "RUNNING"

@@ -183,3 +183,63 @@ def test_the_registry_names_every_executor_and_what_it_can_do():
     assert (local.queues, local.holds_jobs, slurm.queues, slurm.holds_jobs) == (False, False, True, True)
     with pytest.raises(LaunchError, match="unknown executor 'pbs'; known: local, slurm"):
         get_executor("pbs")
+
+
+def test_a_job_whose_bench_died_before_recording_it_is_still_followed(tmp_path):
+    """bench killed between starting the job's shell and writing its id: the pid the shell wrote first, a live
+    process working in the point's folder, is the job: it is followed and can be cancelled."""
+    import subprocess
+
+    from nlp_bench.store.point_folder import PointDir
+
+    folder = _point(tmp_path, "sleep 300\n")
+    PointDir(folder).begin_attempt("local")
+    (folder / "submitted").mkdir()
+    shell = subprocess.Popen(["bash", "-c", "echo $$ > submitted/job.pid; exec sleep 300"], cwd=folder,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (folder / "submitted" / "job.pid").read_text().strip() if (folder / "submitted" / "job.pid").is_file() \
+                else time.monotonic() < deadline:
+            time.sleep(0.05)
+        ex = LocalExecutor()
+        assert ex.poll(folder) == states.RUNNING and job(folder).job_id == str(shell.pid)
+        assert ex.cancel(folder).confirmed
+        assert job(folder).state == states.CANCELLED
+    finally:
+        shell.kill()
+        shell.wait()
+
+
+def test_a_job_of_another_host_is_neither_lost_nor_signalled_from_here(tmp_path):
+    """Results on a shared file system: the job runs on another node; this one cannot see its process."""
+    import subprocess
+
+    from conftest import record_job
+
+    from nlp_bench.launch.local import identity
+
+    folder = _point(tmp_path, "true\n")
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        elsewhere = {**identity(stranger.pid), "host": "another-node"}
+        record_job(folder, states.RUNNING, executor="local", job_id=str(stranger.pid), process=elsewhere)
+        ex = LocalExecutor()
+        assert ex.poll(folder) == states.RUNNING
+        outcome = ex.cancel(folder)
+        assert not outcome.confirmed and "runs on another-node" in outcome.detail
+        assert stranger.poll() is None
+        (folder / "job.out").write_text("nlp-bench: training exited with code 0 at 2026-11-24T10:00:00+00:00\n")
+        assert ex.poll(folder) == states.COMPLETED, "its own last line says it ended"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_job_hears_the_signals_its_bench_held_back_while_starting_it(tmp_path):
+    folder = _point(tmp_path, "grep -E '^Sig(Blk|Ign)' /proc/$$/status\n")
+    ex = LocalExecutor()
+    ex.submit(folder)
+    assert wait(ex, folder, interval_s=0.05) == states.COMPLETED
+    blocked = int((folder / "job.out").read_text().split("SigBlk:")[1].split()[0], 16)
+    assert not blocked & (1 << 1 | 1 << 14), "SIGINT or SIGTERM blocked in the job"  # bits of signals 2 and 15

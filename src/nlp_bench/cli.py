@@ -179,7 +179,7 @@ def status(ctx: click.Context, run_ref: str | None, watch: bool, interval: float
     from nlp_bench.report.status import missing_status, point_status, status_table
     from nlp_bench.report.table import terminal_width
     from nlp_bench.store import states
-    from nlp_bench.store.files import StoreError
+    from nlp_bench.store.files import naming
     from nlp_bench.store.runs import find_run
 
     view = View(ctx.obj["results_dir"])
@@ -195,8 +195,8 @@ def status(ctx: click.Context, run_ref: str | None, watch: bool, interval: float
                 continue
             try:
                 rows.append(point_status(point.path))
-            except StoreError as exc:
-                view.problems.add(str(exc))
+            except BenchError as exc:
+                view.problems.add(naming(point.path, exc))
         title = f"run {run_.id}" + "".join(f"\n{line}" for line in view.refresher.silences)
         return rows, status_table(rows, title, width)
 
@@ -219,35 +219,12 @@ def status(ctx: click.Context, run_ref: str | None, watch: bool, interval: float
 @click.argument("points", nargs=-1)
 @click.pass_context
 def cancel(ctx: click.Context, run_ref: str, points: tuple[str, ...]) -> None:
-    """Cancel the unfinished jobs of RUN, or only of the named POINTs. Exit 1 when a cancel was not
-    confirmed (the scheduler refused it, did not answer, or still shows the job running)."""
-    from nlp_bench.errors import ResultError, unknown
-    from nlp_bench.launch.executors import Refresher
-    from nlp_bench.store import states
-    from nlp_bench.store.runs import find_run
+    """Cancel the unfinished jobs of RUN, or only of the named POINTs (those not submitted yet are marked
+    cancelled, so a bench still going through the run leaves them). Exit 1 when a cancel was not confirmed
+    (the scheduler refused it, did not answer, or still shows the job running)."""
+    from nlp_bench.app.execute import cancel_points
 
-    run_ = find_run(ctx.obj["results_dir"], run_ref)
-    folders = {p.id: p for p in run_.points()}
-    for name in points:
-        if name not in folders:
-            raise ResultError(unknown(f"point of run {run_.id}:", name, folders))
-    executors = Refresher()
-    unconfirmed = 0
-    for name in points or folders:
-        point = folders[name]
-        if not point.exists():
-            click.echo(f"{name}: {states.MISSING}, nothing to cancel")
-            continue
-        attempt = point.attempt()
-        if attempt is None or attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
-            click.echo(f"{name}: {attempt.state if attempt else states.NOT_SUBMITTED}, nothing to cancel")
-            continue
-        outcome = executors.executor(attempt.executor).cancel(point.path)
-        if outcome.confirmed:
-            click.echo(f"{name}: cancelled ({outcome.detail})")
-        else:
-            unconfirmed += 1
-            click.echo(f"{name}: cancel NOT confirmed: {outcome.detail}", err=True)
+    unconfirmed = cancel_points(ctx.obj["results_dir"], run_ref, points)
     ctx.exit(1 if unconfirmed else 0)
 
 

@@ -16,6 +16,7 @@ from nlp_bench.errors import ResultError
 from nlp_bench.paths import reference_dir
 from nlp_bench.spec.models import get_model, pad_vocab
 from nlp_bench.spec.systems import load_system
+from nlp_bench.store import states
 
 DEFAULT_REFERENCE = "jupiter"
 #: The benchmark's rule: a 175B submission must report at most this many seconds (the JUPITER baseline
@@ -53,7 +54,7 @@ def reference_rows(name: str = DEFAULT_REFERENCE) -> list[dict[str, Any]]:
                 "DP": int(rec["DP"]), "MBS": int(rec["MBS"]), "GAS": int(rec["GAS"]),
                 "MFU": flops.tflops_per_device(flops.megatron_model_flops(shape), seconds, devices)
                 / system.peak_tflops,
-                "state": "REFERENCE", "point": rec["model"], "model": rec["model"],
+                "state": states.REFERENCE, "point": rec["model"], "model": rec["model"],
             })
             rows.append(row)
     return rows
@@ -69,7 +70,7 @@ def verdict(model: str | None, time_to_report_s: float | None) -> str | None:
 def compare(rows: list[dict[str, Any]], references: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each completed row beside the reference row of its model (the same layout when there is one):
     the tokens/s ratio, the ratio per device (fair across node counts), and the baseline verdict."""
-    done = [r for r in rows if r.get("state") in ("COMPLETED", "REFERENCE") and r.get("Tokens/sec")]
+    done = [r for r in rows if r.get("state") in (states.COMPLETED, states.REFERENCE) and r.get("Tokens/sec")]
     if not done:
         raise ResultError("no completed point with a measured Tokens/sec to compare")
     out = []

@@ -9,8 +9,9 @@ from typing import Any
 
 from nlp_bench import flops
 from nlp_bench.analysis import metrics, parsers
+from nlp_bench.errors import BenchError
 from nlp_bench.store import states
-from nlp_bench.store.files import StoreError
+from nlp_bench.store.files import StoreError, naming
 from nlp_bench.store.names import JOB_OUT, JOBSCRIPT, PROVENANCE_ENV
 from nlp_bench.store.point_folder import PointDir, sha256
 from nlp_bench.store.records import PointRecord, now_iso
@@ -180,15 +181,23 @@ def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
     }
 
 
-def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The table row of a point; `result` is its analysed result.json when the caller has it already."""
+def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[str, Any] | None = None,
+              notes: list[str] | None = None) -> dict[str, Any]:
+    """The table row of a point; `result` is its analysed result.json when the caller has it already. A
+    damaged prediction leaves the row without one (and `notes` hears why)."""
     folder = PointDir(point_dir)
     point = folder.point()
     attempt = folder.attempt()
     result = (analyse_point(point_dir) or {}) if result is None else result
     summary = result.get("summary") or {}
     lay = point.layout
-    predicted = (folder.prediction() or {}).get("tokens_per_s")
+    try:
+        predicted = (folder.prediction() or {}).get("tokens_per_s")
+    except StoreError as exc:
+        predicted = None
+        if notes is None:
+            raise
+        notes.append(f"{exc} (the row is shown without its prediction)")
     measured = summary.get("tokens_per_s")
     return {
         "system": point.system, "version": version, "queue": point.system_info.get("partition"),
@@ -248,11 +257,11 @@ def run_results(run: Run, problems: Problems | None = None) -> list[tuple[dict[s
             continue
         try:
             result = analyse_point(folder.path, notes=notes) or {}
-            out.append((point_row(folder.path, version, run.id, result), result))
-        except StoreError as exc:
+            out.append((point_row(folder.path, version, run.id, result, notes), result))
+        except BenchError as exc:
             if problems is None:
                 raise
-            problems.add(str(exc))
+            problems.add(naming(folder.path, exc))
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlp_bench.errors import ResultError
+from nlp_bench.store import states
 
 _SAME = ("model", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS")
 COLUMNS = ["model", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS", "builtin_Tokens/sec",
@@ -17,7 +18,7 @@ def compare_trainers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     Megatron-LM: above 1, the built-in trainer is faster)."""
     pairs: dict[tuple, dict[str, float]] = {}
     for row in rows:
-        if row.get("state") == "COMPLETED" and row.get("Tokens/sec"):
+        if row.get("state") == states.COMPLETED and row.get("Tokens/sec"):
             pairs.setdefault(tuple(row[k] for k in _SAME), {})[row.get("trainer") or "builtin"] = row["Tokens/sec"]
     out = []
     for key, by in pairs.items():

@@ -7,6 +7,7 @@ import contextlib
 import heapq
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from rich.console import Console
 
 from nlp_bench.analysis import parsers
 from nlp_bench.analysis.results import Problems, run_rows
-from nlp_bench.errors import PlanError, SpecError
+from nlp_bench.errors import BenchError, PlanError, SpecError
 from nlp_bench.launch.executor import Executor, wait
 from nlp_bench.launch.executors import Refresher, get_executor
 from nlp_bench.launch.render import render_compile_script, render_jobscript
@@ -24,8 +25,8 @@ from nlp_bench.spec.benchmark import Point, load_benchmark
 from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
 from nlp_bench.store import locks, states
 from nlp_bench.store.dropped import DroppedLog, dropped_rows
-from nlp_bench.store.files import StoreError
-from nlp_bench.store.names import COMPILE_SCRIPT, DROPPED_CSV, JOB_ERR, JOB_OUT, JOBSCRIPT
+from nlp_bench.store.files import StoreError, naming
+from nlp_bench.store.names import COMPILE_SCRIPT, DROPPED_CSV, JOB_ERR, JOB_OUT, JOBSCRIPT, LOCAL_LOCK
 from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import Run, create_run, find_run
 
@@ -57,6 +58,11 @@ class LaunchOptions:
 def say(text: str) -> None:
     """What the user asked for goes to stdout, plainly, so scripts can read it; progress goes to stderr."""
     print(text, flush=True)
+
+
+def warn(text: str) -> None:
+    """What went wrong, plainly on stderr (no markup: a log line's `[default0]` is text)."""
+    print(text, file=sys.stderr, flush=True)
 
 
 class LogFollower:
@@ -315,8 +321,9 @@ def _run_point(executor: Executor, refresher: Refresher, folder: Path, options: 
                again: bool) -> str | None:
     """Submit the point's job holding its lock, after reading its state once more right then: another
     bench (a resume, a second sweep) may have submitted it since this one looked. Where the executor does
-    not queue, the lock is held until the job ends. Returns the job's state, or None when it was skipped
-    (and says why)."""
+    not queue, the lock is held until the job ends, and the job waits for any other local job of the same
+    results folder to end first: two benchmarks measured side by side measure each other. Returns the
+    job's state, or None when it was skipped (and says why)."""
     point = PointDir(folder)
     try:
         with point.locked():
@@ -326,27 +333,54 @@ def _run_point(executor: Executor, refresher: Refresher, folder: Path, options: 
                 return None
             if point.attempt() is not None:
                 point.keep_earlier_output()
-            chain = _chain(folder)
-            job_id = executor.submit(folder, chain, options.after_ids)
             if executor.queues:
+                job_id = executor.submit(folder, _chain(folder), options.after_ids)
                 ids = point.attempt().chain_job_ids
                 if len(ids) > 1:
                     say(f"  {folder.name}: {executor.name} compile job {ids[0]}, then run job {job_id} (afterok)")
                 else:
                     say(f"  {folder.name}: {executor.name} job {job_id}")
                 return states.PENDING
-            try:
-                return _watch(executor, folder)
-            except KeyboardInterrupt:
-                executor.cancel(folder)
-                console.print(f"interrupted: job cancelled; its output is in {folder}")
-                raise _Interrupted from None
-            except StoreError as exc:
-                raise StoreError(f"{exc}; job {job_id} was left as it is: once this is fixed, `bench status` "
-                                 "(run from the folder's results root) records how it ended") from None
+            with _alone(folder.parent.parent.parent / LOCAL_LOCK, folder.name):
+                return _run_here(executor, folder, options)
     except locks.Busy as exc:
         say(f"  {folder.name}: skipped, {exc}")
         return None
+
+
+@contextlib.contextmanager
+def _alone(lock: Path, name: str):
+    """Hold the results folder's local-job lock, saying so when another bench's job has it first."""
+    try:
+        with locks.hold(lock, f"the local jobs of {lock.parent}"):
+            yield
+            return
+    except locks.Busy as exc:
+        say(f"  {name}: waiting, {exc}")
+    with locks.hold(lock, f"the local jobs of {lock.parent}", wait=True):
+        yield
+
+
+def _run_here(executor: Executor, folder: Path, options: LaunchOptions) -> str:
+    """Start the job on this machine and watch it to its end; Ctrl-C cancels it."""
+    job_id = None
+    try:
+        job_id = executor.submit(folder, _chain(folder), options.after_ids)
+        return _watch(executor, folder)
+    except KeyboardInterrupt:
+        attempt = PointDir(folder).attempt()
+        if attempt is not None and attempt.job_id is not None:
+            executor.cancel(folder)
+            warn(f"interrupted: job cancelled; its output is in {folder}")
+        else:
+            executor.poll(folder)  # interrupted before the job started: recorded as such
+            warn(f"interrupted before the job of {folder.name} started")
+        raise _Interrupted from None
+    except StoreError as exc:
+        if job_id is None:
+            raise
+        raise StoreError(f"{exc}; job {job_id} was left as it is: once this is fixed, `bench status` (run from the "
+                         "folder's results root) records how it ended") from None
 
 
 def _launch(run: Run, executor: Executor, folders: list[Path], options: LaunchOptions, again: bool = False) -> int:
@@ -363,7 +397,7 @@ def _launch(run: Run, executor: Executor, folders: list[Path], options: LaunchOp
             continue
         failed += 1
         attempt = PointDir(folder).attempt()
-        console.print(f"bench: {folder.name} ended {final} ({attempt.failure_class}: {attempt.failure_detail}); "
+        warn(f"bench: {folder.name} ended {final} ({attempt.failure_class}: {attempt.failure_detail}); "
                       f"see {folder / JOB_OUT} and {folder / JOB_ERR}")
     if executor.queues:
         if not options.wait:
@@ -378,7 +412,7 @@ def _print_table(run: Run) -> None:
     problems = Problems()
     print(render(run_rows(run, problems), "pretty", width=terminal_width()), end="")
     for line in problems.lines:
-        console.print(f"bench: warning: {line}")
+        warn(f"bench: warning: {line}")
 
 
 def _wait_all(run: Run, executor: Executor, folders: list[Path]) -> int:
@@ -390,9 +424,11 @@ def _wait_all(run: Run, executor: Executor, folders: list[Path]) -> int:
     with Progress(TextColumn("[bold]waiting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[info]}"), console=console) as bar:
         task = bar.add_task("jobs", total=len(folders), info="")
+        refresher = Refresher(executor)
         while True:
-            finals = [executor.poll(f) for f in folders]
-            done = sum(s in states.TERMINAL or s == states.NOT_SUBMITTED for s in finals)
+            refresher.prefetch(folders)
+            finals = [refresher.refresh(f) for f in folders]
+            done = sum(s in states.SETTLED for s in finals)
             counts = {s: finals.count(s) for s in sorted(set(finals))}
             info = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
             if executor.silence:
@@ -419,15 +455,15 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptio
             continue
         try:
             state = refresher.refresh(point.path)
-        except StoreError as exc:
-            problems.append(f"{exc}: the point is left as it is")
+        except BenchError as exc:
+            problems.append(f"{naming(point.path, exc)}: the point is left as it is")
             continue
         (todo if state in states.RERUNNABLE else skipped).append((point, state))
     say(f"run {run.id}: {len(todo)} point(s) to run again, {len(skipped)} left as they are")
     for point, state in skipped:
         say(f"  kept {point.id} ({state})")
     for line in [*refresher.silences, *problems]:
-        console.print(f"bench: warning: {line}")
+        warn(f"bench: warning: {line}")
     if dry_run:
         for point, _ in todo:
             say(f"  would run again {point.id}")
@@ -438,3 +474,49 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptio
     executor.check_available()
     code = _launch(run, executor, [p.path for p, _ in todo], options, again=True)
     return code or (1 if problems else 0)
+
+
+def cancel_points(results_dir: Path, run_ref: str, names: tuple[str, ...] = ()) -> int:
+    """`bench cancel`: the points not submitted yet are marked cancelled first (a bench still going through
+    the run then leaves them instead of starting the next one meanwhile), then every job that may run is
+    cancelled. Returns how many cancels were not confirmed (a damaged point counts)."""
+    from nlp_bench.errors import ResultError, unknown
+
+    run = find_run(results_dir, run_ref)
+    folders = {p.id: p for p in run.points()}
+    for name in names:
+        if name not in folders:
+            raise ResultError(unknown(f"point of run {run.id}:", name, folders))
+    chosen = [folders[name] for name in names or folders]
+    executors = Refresher()
+    unconfirmed = 0
+    marked = set()
+    for point in chosen:
+        try:
+            if point.exists() and point.state().state == states.NOT_SUBMITTED \
+                    and point.cancel_unsubmitted(point.point().executor):
+                marked.add(point.id)
+                say(f"{point.id}: cancelled before it was submitted")
+        except BenchError as exc:
+            unconfirmed += 1
+            warn(f"{point.id}: cannot cancel: {exc}")
+    for point in chosen:
+        if point.id in marked:
+            continue
+        try:
+            attempt = point.attempt() if point.exists() else None
+            if attempt is None or attempt.state in states.SETTLED:
+                shown = attempt.state if attempt else states.NOT_SUBMITTED if point.exists() else states.MISSING
+                say(f"{point.id}: {shown}, nothing to cancel")
+                continue
+            outcome = executors.executor(attempt.executor).cancel(point.path)
+        except BenchError as exc:
+            unconfirmed += 1
+            warn(f"{point.id}: cannot cancel: {exc}")
+            continue
+        if outcome.confirmed:
+            say(f"{point.id}: cancelled ({outcome.detail})")
+        else:
+            unconfirmed += 1
+            warn(f"{point.id}: cancel NOT confirmed: {outcome.detail}")
+    return unconfirmed

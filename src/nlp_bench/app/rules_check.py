@@ -12,9 +12,8 @@ from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args, jobscript_nodes
 from nlp_bench.spec.benchmark import load_benchmark
-from nlp_bench.spec.rules import Verdict, load_rules
+from nlp_bench.spec.rules import Deviation, Verdict, load_rules
 from nlp_bench.store.names import JOBSCRIPT, TRAIN_ARGS_FILE
-from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import find_run
 
 
@@ -39,15 +38,25 @@ def check_tag(benchmark_name: str, tag: str | None, system: str | None, trainer:
 
 
 def check_run(results_dir: Path, run_ref: str | None) -> list[Checked]:
+    """Every point of the run judged; a point whose folder is gone cannot be shown to follow the rules, so
+    a run that lost one is not a submission."""
     run = find_run(results_dir, run_ref)
-    out, without = [], []
-    for folder in run.point_dirs():
-        point = PointDir(folder).point().data
+    out, without, missing = [], [], []
+    for folder in run.points():
+        if not folder.exists():
+            missing.append(folder.id)
+            continue
+        point = folder.point().data
         rules = point.get("rules", _tag_rules(point))
         if not rules:
             without.append(point["tag"])
             continue
-        out.append(check_point(folder, point, rules))
+        out.append(check_point(folder.path, point, rules))
+    for name in missing:
+        gone = Deviation("the point's folder", "present", "missing (run.json lists it)",
+                         "a submission holds every point of its run")
+        out.append(Checked(name, "nothing: its folder is gone", Verdict(out[0].verdict.rules if out else "?",
+                                                                           ", ".join(run.record().tags), [gone])))
     if not out:
         raise SpecError(f"run {run.id}: no point has submission rules (tag {', '.join(sorted(set(without)))}); "
                         "rules exist for tags with `rules:` in the benchmark, such as 13 and 175")
@@ -56,10 +65,10 @@ def check_run(results_dir: Path, run_ref: str | None) -> list[Checked]:
 
 def check_point(folder: Path, point: dict[str, Any], rules: str) -> Checked:
     script = folder / JOBSCRIPT
-    text = script.read_text() if script.is_file() else ""
+    text = script.read_text(errors="replace") if script.is_file() else ""
     ran = folder / TRAIN_ARGS_FILE
     if ran.is_file():
-        argv, source = ran.read_text().splitlines(), f"{TRAIN_ARGS_FILE} (as the job ran)"
+        argv, source = ran.read_text(errors="replace").splitlines(), f"{TRAIN_ARGS_FILE} (as the job ran)"
     elif text:
         argv, source = jobscript_args(text, str(script)), f"{JOBSCRIPT} (not run yet)"
     else:

@@ -37,11 +37,15 @@ def write_submission(run: Run, out: Path) -> dict[str, Any]:
     try:
         export([row for row, _ in results], "csv", tmp / TABLE)
         verdicts, software = [], []
-        for folder in run.point_dirs():
+        for listed in run.points():
+            if not listed.exists():  # run.json lists it: a bundle without it is not the run
+                verdicts.append({"point": listed.id, "valid": False, "verdict": "missing: its folder is gone"})
+                continue
+            folder = listed.path
             target = tmp / "points" / folder.name
             target.mkdir(parents=True)
-            PointDir(folder).archive(target)
-            point = PointDir(folder).point().data
+            listed.archive(target)
+            point = listed.point().data
             software.append(_software(folder, point))
             if point.get("rules"):
                 try:

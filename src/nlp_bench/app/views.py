@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from nlp_bench.analysis.results import Problems
+from nlp_bench.errors import BenchError
 from nlp_bench.launch.executors import Refresher
-from nlp_bench.store.files import StoreError
+from nlp_bench.store.files import naming
 from nlp_bench.store.runs import Run, find_run, list_runs
 
 
@@ -21,13 +22,13 @@ class View:
 
     def refreshed(self, run: Run) -> Run:
         """The run, with the state of every unfinished job asked of its executor first."""
-        for point in run.points():
-            if not point.exists():
-                continue
+        present = [point for point in run.points() if point.exists()]
+        self.refresher.prefetch([point.path for point in present])
+        for point in present:
             try:
                 self.refresher.refresh(point.path)
-            except StoreError as exc:
-                self.problems.add(str(exc))
+            except BenchError as exc:  # a damaged record, an executor this bench does not know
+                self.problems.add(naming(point.path, exc))
         return run
 
     def run(self, ref: str | None) -> Run:

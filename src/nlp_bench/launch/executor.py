@@ -35,20 +35,13 @@ class Cancelled:
     detail: str
 
 
-def open_attempt(point_dir: Path) -> tuple[PointDir, Attempt | None]:
-    """The point and the attempt a poll must ask its scheduler about; None where no scheduler need be asked
-    (never submitted, or ended). StoreError where the point's folder is gone."""
+def open_attempt(point_dir: Path) -> tuple[PointDir, Attempt | None, str]:
+    """The point, the attempt a poll must ask its scheduler about (None where no scheduler need be asked:
+    never submitted, or ended) and the recorded state. StoreError where the point's folder is gone."""
     point = PointDir(point_dir)
     point.require()
-    attempt = point.attempt()
-    if attempt is None or attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
-        return point, None
-    return point, attempt
-
-
-def settled_state(point: PointDir) -> str:
-    """The recorded state of a point open_attempt found nothing to ask about."""
-    return point.state().state
+    record = point.state()
+    return point, (None if record.state in states.SETTLED else record.current), record.state
 
 
 class Executor(Protocol):
@@ -75,6 +68,9 @@ class Executor(Protocol):
         completed successfully (a failure ends the chain), the first only once every job in `after`
         completed. Returns the id of the last script's job, which the point's state follows; the attempt
         in state.json keeps every id of the chain and the sha256 of every script as submitted."""
+
+    def prefetch(self, job_ids: list[str]) -> None:
+        """Ask the scheduler about many jobs at once, ahead of the polls that follow."""
 
     def poll(self, point_dir: Path) -> str: ...
 

@@ -4,9 +4,10 @@ Executor.holds_jobs)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
-from nlp_bench.errors import LaunchError
+from nlp_bench.errors import BenchError, LaunchError
 from nlp_bench.launch.executor import Executor
 from nlp_bench.launch.local import LocalExecutor
 from nlp_bench.launch.slurm import SlurmExecutor
@@ -36,13 +37,23 @@ class Refresher:
             self._executors[name] = get_executor(name)
         return self._executors[name]
 
+    def prefetch(self, point_dirs: list[Path]) -> None:
+        """Before refreshing many points: each executor is asked about all their jobs at once."""
+        wanted: dict[str, list[str]] = {}
+        for point_dir in point_dirs:
+            with contextlib.suppress(BenchError):  # a damaged record is said when the point is refreshed
+                record = PointDir(point_dir).state()
+                if record.state not in states.SETTLED and record.current.job_id:
+                    wanted.setdefault(record.current.executor, []).append(record.current.job_id)
+        for name, job_ids in wanted.items():
+            with contextlib.suppress(BenchError):
+                self.executor(name).prefetch(job_ids)
+
     def refresh(self, point_dir: Path) -> str:
-        attempt = PointDir(point_dir).attempt()
-        if attempt is None:
-            return states.NOT_SUBMITTED
-        if attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
-            return attempt.state
-        return self.executor(attempt.executor).poll(point_dir)
+        record = PointDir(point_dir).state()
+        if record.state in states.SETTLED:
+            return record.state
+        return self.executor(record.current.executor).poll(point_dir)
 
     @property
     def silences(self) -> list[str]:
@@ -50,7 +61,3 @@ class Refresher:
         return [f"{name} did not answer ({ex.silence}): the states of its jobs are as last recorded"
                 for name, ex in self._executors.items() if ex.silence]
 
-
-def refresh(point_dir: Path) -> str:
-    """The point's state, asked of its executor where a job may still be running."""
-    return Refresher().refresh(point_dir)

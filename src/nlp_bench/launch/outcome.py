@@ -11,7 +11,7 @@ from nlp_bench.launch import failures
 from nlp_bench.store import protocol, states
 from nlp_bench.store.names import JOB_ERR, JOB_OUT
 from nlp_bench.store.point_folder import PointDir
-from nlp_bench.store.records import Attempt, now_iso
+from nlp_bench.store.records import Attempt
 
 
 def output_text(point_dir: Path, tail_bytes: int = 200_000) -> str:
@@ -29,14 +29,17 @@ def output_text(point_dir: Path, tail_bytes: int = 200_000) -> str:
     return "\n".join(parts)
 
 
-def finish(point_dir: Path, state: str, exit_code: int | None, *, started: datetime | None = None,
-           finished: datetime | None = None, times_from: str | None = None, **extra: Any) -> Attempt:
-    """Record a terminal state with its failure class. The times are the scheduler's where it gave them,
-    else the job's own log's (its first and last lines), else bench's: now."""
+def finish(point_dir: Path, state: str, exit_code: int | None, *, number: int | None = None,
+           started: datetime | None = None, finished: datetime | None = None, times_from: str | None = None,
+           **extra: Any) -> Attempt:
+    """Record a terminal state with its failure class, for attempt `number` (default: the current one) and
+    only while it has not ended: a second process that saw the same end, or a poll of an earlier attempt,
+    changes nothing. The times are the scheduler's where it gave them, else the job's own log's (its first
+    and last lines); where neither knows when the job ended, the end is left unknown rather than guessed."""
     point = PointDir(point_dir)
     current = point.attempt()
-    if current is not None and current.state in states.TERMINAL:
-        return current  # another process (a cancel, a second bench) recorded the end first
+    if current is None or current.state in states.TERMINAL:
+        return current
     failure, detail = failures.classify(state, exit_code, output_text(point_dir))
     if failure is not None and state == states.COMPLETED:
         state = states.FAILED
@@ -44,10 +47,11 @@ def finish(point_dir: Path, state: str, exit_code: int | None, *, started: datet
     ended = protocol.exit_of(log)
     if finished is None and ended is not None and ended.at is not None:
         finished, times_from = ended.at, times_from or "log"
-    if started is None and (current is None or not current.started):
-        started = protocol.started_at(log)
-    times = {"finished": finished.isoformat() if finished else now_iso(), "times_from": times_from or "bench"}
+    begun = protocol.start_of(log)
+    if started is None and not current.started and begun is not None:
+        started = begun.at
+    times: dict[str, Any] = {"finished": finished.isoformat() if finished else None, "times_from": times_from}
     if started is not None:
         times["started"] = started.isoformat()
-    return point.update(state, exit_code=exit_code, failure_class=failure, failure_detail=detail,
-                        **times, **extra)
+    return point.update(state, number=current.number if number is None else number, exit_code=exit_code,
+                        failure_class=failure, failure_detail=detail, **times, **extra)

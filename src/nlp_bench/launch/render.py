@@ -88,7 +88,7 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
         p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
         train_flags=train_flags(train), compile=compile_job, megatron=point.trainer == MEGATRON_LM,
         megatron_repo=point.system.megatron_lm_repo,
-        train_args_file=TRAIN_ARGS_FILE, started_line=protocol.STARTED, exited_line=protocol.EXITED,
+        train_args_file=TRAIN_ARGS_FILE, start_line=protocol.START_LINE, exit_line=protocol.EXIT_LINE,
         out_name=COMPILE_OUT if compile_job else JOB_OUT, err_name=COMPILE_ERR if compile_job else JOB_ERR,
         # the command is a site setting; NLP_BENCH_COMPILE_COMMAND replaces it at submission (a stand-in, say)
         launch_prefix=f'${{NLP_BENCH_COMPILE_COMMAND:-{point.system.compile_command}}} ' if compile_job else "",

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
-from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt, settled_state
+from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt
 from nlp_bench.launch.outcome import finish
 from nlp_bench.store import protocol, states
-from nlp_bench.store.names import JOB_OUT, JOBSCRIPT
+from nlp_bench.store.names import JOB_OUT, JOBSCRIPT, OUTPUTS
 from nlp_bench.store.point_folder import PointDir, sha256
 from nlp_bench.store.records import Attempt, now_iso, parse_time
 
@@ -99,7 +99,7 @@ def require(tool: str) -> str:
     return path
 
 
-def _environment() -> dict[str, str]:
+def _query_environment() -> dict[str, str]:
     """Times in UTC and one format, whatever the user's time zone or SLURM_TIME_FORMAT."""
     return {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
 
@@ -109,7 +109,7 @@ def _ask(cmd: list[str], timeout: float = QUERY_TIMEOUT_S, body: bytes | None = 
     """Run a Slurm command; _NoAnswer when it cannot start, times out, or reports a lost connection."""
     try:
         proc = subprocess.run(cmd, input=body, capture_output=True, timeout=timeout, cwd=cwd,
-                              env=env or _environment())
+                              env=env or _query_environment())
     except subprocess.TimeoutExpired:
         raise _NoAnswer(f"{Path(cmd[0]).name} did not answer within {timeout:.0f} s") from None
     except OSError as exc:
@@ -143,9 +143,28 @@ class Seen:
     energy_j: float | None = None
 
 
+#: sacct's fields for a job's state, exit, times and energy
+_ACCOUNTED = "JobID,State,ExitCode,Start,End,ConsumedEnergyRaw"
+#: how long what a prefetch learnt stands in for asking again
+PREFETCH_S = 5.0
+
+
+def _accounted(row: list[str]) -> tuple[str | None, Seen | None]:
+    """(job id, what sacct says of it) from a row of _ACCOUNTED fields; (None, None) for a malformed row."""
+    if len(row) < 6:
+        return None, None
+    code = row[2].split(":")[0]
+    try:
+        energy = float(row[5]) if row[5] else None
+    except ValueError:
+        energy = None
+    return row[0], Seen(from_slurm(row[1]), int(code) if code.isdigit() else None, _moment(row[3]),
+                        _moment(row[4]), energy if energy else None)
+
+
 def _script_job_name(body: bytes) -> str | None:
     found = re.search(rb"^#SBATCH\s+(?:--job-name[= ]|-J\s*)(\S+)", body, re.M)
-    return found.group(1).decode(errors="replace") if found else None
+    return found.group(1).decode(errors="replace").strip("'\"") if found else None
 
 
 class SlurmExecutor:
@@ -157,6 +176,8 @@ class SlurmExecutor:
         self.silence: str | None = None
         self._silent_until = 0.0
         self._accounting: bool | None = None  # None: not asked yet
+        self._accounted: dict[str, Seen] = {}  # what the last prefetch learnt, by job id
+        self._accounted_at = float("-inf")
 
     def check_available(self) -> None:
         require("sbatch")
@@ -189,21 +210,41 @@ class SlurmExecutor:
         self._accounting = True
         return [line.split("|") for line in _text(proc).splitlines() if line.strip()]
 
+    def prefetch(self, job_ids: list[str]) -> None:
+        """Ask accounting about many jobs at once, for the polls that follow within PREFETCH_S: a view or a
+        --wait over a thousand points asks sacct a few times a round, not a thousand."""
+        self._accounted, self._accounted_at = {}, time.monotonic()
+        for start in range(0, len(job_ids), 200):
+            chunk = job_ids[start:start + 200]
+            rows = self._sacct(["-j", ",".join(chunk), "-o", _ACCOUNTED]) or []
+            self._accounted.update((seen_id, seen) for seen_id, seen in map(_accounted, rows) if seen_id)
+
     def _look(self, job_id: str) -> Seen | None:
         """How Slurm describes the job; None when it answers that it does not know it. _NoAnswer when the
-        controller was needed and did not answer."""
-        rows = self._sacct(["-j", job_id, "-o", "JobID,State,ExitCode,Start,End,ConsumedEnergyRaw"])
-        for row in rows or []:
-            if len(row) >= 6 and row[0] == job_id:
-                code = row[2].split(":")[0]
-                try:
-                    energy = float(row[5]) if row[5] else None
-                except ValueError:
-                    energy = None
-                return Seen(from_slurm(row[1]), int(code) if code.isdigit() else None, _moment(row[3]),
-                            _moment(row[4]), energy if energy else None)
-        if shutil.which("scontrol") is None:
-            return None
+        controller was needed and did not answer. Accounting tells how a job ended (and still knows it when
+        the controller has forgotten it); while it runs, the controller knows first (slurmdbd hears of a
+        start or an end some moments later), so a job accounting shows unfinished is asked of it too."""
+        accounted = None
+        if time.monotonic() - self._accounted_at < PREFETCH_S and job_id in self._accounted:
+            accounted = self._accounted[job_id]
+        else:
+            for seen_id, seen in map(_accounted, self._sacct(["-j", job_id, "-o", _ACCOUNTED]) or []):
+                if seen_id == job_id:
+                    accounted = seen
+        if accounted is not None and accounted.state in states.TERMINAL:
+            return accounted
+        try:
+            return self._controlled(job_id) or accounted
+        except _NoAnswer:
+            if accounted is None:
+                raise
+            return accounted
+
+    def _controlled(self, job_id: str) -> Seen | None:
+        """The job as the controller describes it (scontrol show job); None where it does not know it."""
+        if shutil.which("scontrol") is None:  # not "Slurm knows nothing of it": there is no Slurm to ask here
+            self.silence = "no Slurm client (scontrol) on this machine"
+            raise _NoAnswer(self.silence)
         proc = self._controller(["scontrol", "show", "job", job_id])
         if proc.returncode != 0:
             if _UNKNOWN_JOB.search(proc.stderr.decode(errors="replace")):
@@ -225,7 +266,7 @@ class SlurmExecutor:
     def _sbatch(self, point: PointDir, body: bytes, name: str, options: list[str]) -> str:
         """Submit the script's bytes on sbatch's standard input: what Slurm keeps is what was hashed."""
         cmd = [require("sbatch"), "--parsable", *options, f"--job-name={name}"]
-        proc = _ask(cmd, SUBMIT_TIMEOUT_S, body, point.path, job_environment(_environment()))
+        proc = _ask(cmd, SUBMIT_TIMEOUT_S, body, point.path, job_environment())  # the job's own environment
         if proc.returncode != 0:
             raise _Refused(proc.stderr.decode(errors="replace").strip() or _text(proc).strip())
         return _text(proc).strip().split(";")[0]
@@ -248,7 +289,7 @@ class SlurmExecutor:
             try:
                 ids.append(self._sbatch(point, bodies[script], name, options))
             except _Refused as exc:
-                self._abandon(point, ids, f"sbatch refused {script}: {exc}")
+                self._abandon(point, ids, f"sbatch refused {script}: {exc}", "usage")
                 raise LaunchError(f"sbatch refused {point.path / script}: {exc}") from None
             except _NoAnswer as exc:
                 point.update(chain_job_ids=list(ids))
@@ -268,7 +309,8 @@ class SlurmExecutor:
         point.update(states.PENDING, job_id=ids[-1], chain_job_ids=ids)
         return ids[-1]
 
-    def _abandon(self, point: PointDir, ids: list[str], why: str) -> None:
+    def _abandon(self, point: PointDir, ids: list[str], why: str, failure: str | None = None,
+                 number: int | None = None) -> None:
         """A chain that could not be submitted whole: its queued jobs are cancelled, the point is runnable
         again."""
         if ids:
@@ -276,7 +318,7 @@ class SlurmExecutor:
                 _ask([require("scancel"), *ids])
             except _NoAnswer as exc:
                 why += f"; scancel of the chain's jobs {', '.join(ids)} did not answer ({exc})"
-        point.update(states.NOT_SUBMITTED, chain_job_ids=ids, failure_class="usage", failure_detail=why)
+        point.update(states.NOT_SUBMITTED, number=number, chain_job_ids=ids, failure_class=failure, failure_detail=why)
 
     def _find_until(self, point: PointDir, name: str, deadline: float) -> str | None:
         """_find, asked again until Slurm shows the job (its id), or has answered without it for SETTLE_S
@@ -306,19 +348,30 @@ class SlurmExecutor:
         ids = list(attempt.chain_job_ids)
         submitted = parse_time(attempt.submitted) or datetime.now(timezone.utc)
         settled = (datetime.now(timezone.utc) - submitted).total_seconds() >= SUBMIT_TIMEOUT_S + SETTLE_S
+        scripts = list(attempt.scripts_sha256)
         try:
-            for name in attempt.job_names[len(ids):]:
-                found = self._find(point, name, attempt)
+            for index, name in enumerate(attempt.job_names[len(ids):], len(ids)):
+                found = self._find(point, name, attempt) or self._started(point, scripts[index:index + 1], attempt)
                 if found is None and not settled:
                     return attempt  # the request may not have been served yet: undecided
                 if found is None:
                     self._abandon(point, ids, f"the submission's answer was lost, and Slurm has no job {name!r} in "
-                                              f"{point.path}: nothing (more) was queued")
+                                              f"{point.path}: nothing (more) was queued", number=attempt.number)
                     return point.attempt()
                 ids.append(found)
         except _NoAnswer:
             return attempt
-        return point.update(states.PENDING, job_id=ids[-1], chain_job_ids=ids)
+        return point.update(states.PENDING, number=attempt.number, job_id=ids[-1], chain_job_ids=ids)
+
+    @staticmethod
+    def _started(point: PointDir, script: list[str], attempt: Attempt) -> str | None:
+        """The job id the script's job wrote into its output when it started (Slurm may have forgotten the
+        job since: no accounting, older than MinJobAge)."""
+        if not script or script[0] not in OUTPUTS:
+            return None
+        begun = protocol.start_of(point.path / OUTPUTS[script[0]][0])
+        earlier = {j for a in point.state().attempts[:-1] for j in a.chain_job_ids}
+        return begun.job_id if begun is not None and begun.job_id not in earlier else None
 
     def _find(self, point: PointDir, name: str, attempt: Attempt) -> str | None:
         """The id of the job of this name, in this folder, submitted for this attempt; None if Slurm has none."""
@@ -340,9 +393,9 @@ class SlurmExecutor:
     # --- watching ---------------------------------------------------------------------------------
 
     def poll(self, point_dir: Path) -> str:
-        point, attempt = open_attempt(point_dir)
+        point, attempt, recorded = open_attempt(point_dir)
         if attempt is None:
-            return settled_state(point)
+            return recorded
         if attempt.state == states.SUBMITTING:
             attempt = self._reconcile(point)
             if attempt.state != states.PENDING:
@@ -355,13 +408,14 @@ class SlurmExecutor:
             return self._unseen(point, attempt)
         if seen.state in states.TERMINAL:
             extra = {"consumed_energy_j": seen.energy_j} if seen.energy_j else {}
-            return finish(point_dir, seen.state, seen.exit_code, started=seen.started, finished=seen.finished,
+            return finish(point_dir, seen.state, seen.exit_code, number=attempt.number, started=seen.started,
+                          finished=seen.finished,
                           times_from="scheduler" if seen.finished else None, unseen_since=None, **extra).state
         fields = {"unseen_since": None} if attempt.unseen_since else {}
         if seen.started and not attempt.started:
             fields.update(started=seen.started.isoformat(), times_from="scheduler")
         if seen.state != attempt.state or fields:
-            point.update(seen.state if seen.state != attempt.state else None, **fields)
+            point.update(seen.state if seen.state != attempt.state else None, number=attempt.number, **fields)
         return seen.state
 
     def _unseen(self, point: PointDir, attempt: Attempt) -> str:
@@ -369,12 +423,13 @@ class SlurmExecutor:
         one, the job is LOST once Slurm has not known it for LOST_AFTER_S."""
         ended = protocol.exit_of(point.path / JOB_OUT)
         if ended is not None:
-            return finish(point.path, states.COMPLETED if ended.code == 0 else states.FAILED, ended.code).state
+            return finish(point.path, states.COMPLETED if ended.code == 0 else states.FAILED, ended.code,
+                          number=attempt.number).state
         since = parse_time(attempt.unseen_since)
         if since is None:
-            point.update(unseen_since=now_iso())
+            point.update(number=attempt.number, unseen_since=now_iso())
         elif (datetime.now(timezone.utc) - since).total_seconds() >= LOST_AFTER_S:
-            return finish(point.path, states.LOST, None).state
+            return finish(point.path, states.LOST, None, number=attempt.number).state
         return attempt.state
 
     # --- cancelling -------------------------------------------------------------------------------
@@ -386,7 +441,7 @@ class SlurmExecutor:
         attempt = point.attempt()
         if attempt is not None and attempt.state == states.SUBMITTING:
             attempt = self._reconcile(point)
-        if attempt is None or attempt.state in states.TERMINAL or attempt.state == states.NOT_SUBMITTED:
+        if attempt is None or attempt.state in states.SETTLED:
             return Cancelled(True, "nothing to cancel")
         if attempt.state == states.SUBMITTING:
             return Cancelled(False, f"Slurm did not answer whether the job was queued ({self.silence})")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nlp_bench.analysis.reference import BASELINE_S, verdict
+from nlp_bench.store import states
 
 JUBE_FIGURE = "JUBE's figure: the mean over every logged interval, warm-up included"
 WHY_JUBE = ("the benchmark's rules define the result this way, so it is the figure to compare with the "
@@ -41,7 +42,7 @@ def _layout(row: dict[str, Any]) -> str:
 def headline(rows: list[dict[str, Any]], results: dict[tuple[str, str], dict]) -> Headline:
     """The 175B point with the shortest time to report where one completed (the benchmark's reported figure),
     else the fastest completed point of the largest model measured."""
-    done = [r for r in rows if r.get("state") == "COMPLETED" and r.get("time_to_report_in_seconds")]
+    done = [r for r in rows if r.get("state") == states.COMPLETED and r.get("time_to_report_in_seconds")]
     if not done:
         return Headline(title="No point has completed yet: nothing to quote.")
     with_baseline = [r for r in done if r.get("model") in BASELINE_S]

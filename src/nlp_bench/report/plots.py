@@ -18,12 +18,13 @@ from typing import Any
 from nlp_bench.analysis.metrics import warmup_count
 from nlp_bench.analysis.reference import BASELINE_S
 from nlp_bench.errors import ResultError
+from nlp_bench.store import states
 
 FORMATS = ("png", "svg")
 
 
 def _completed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("state") == "COMPLETED" and r.get("Tokens/sec")]
+    return [r for r in rows if r.get("state") == states.COMPLETED and r.get("Tokens/sec")]
 
 
 def _best_per_nodes(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, dict]]]:

@@ -20,6 +20,11 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def naming(path: Path, exc: Exception) -> str:
+    """An error's message with the path it concerns in front, unless the message names it already."""
+    return str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+
+
 def read_object(path: Path) -> dict[str, Any]:
     """A JSON object from `path`; StoreError names the file when it is missing, unreadable, cut off or not
     an object."""

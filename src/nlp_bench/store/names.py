@@ -21,6 +21,12 @@ TRAIN_ARGS_FILE = "train.args"
 DROPPED_CSV = "dropped.csv.gz"
 #: the lock a process holds on a point while it submits (and, on this machine, runs) its job
 POINT_LOCK = ".lock"
+#: held for the moment state.json is read, changed and written again, so two writers never lose an update
+STATE_LOCK = ".state.lock"
+#: in submitted/: the process id the local job's shell writes first, before bench may have recorded it
+JOB_PID = "job.pid"
+#: at the root of the results folder: held while a job of the local executor runs, one at a time per folder
+LOCAL_LOCK = ".local-executor.lock"
 #: at the root of the results folder: the counter that orders runs by creation, whatever the clocks say
 SEQUENCE = ".run-sequence"
 #: a run being written: created in a folder with this prefix and renamed into place when complete

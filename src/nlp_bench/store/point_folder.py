@@ -23,9 +23,13 @@ from nlp_bench.store.names import (
     PREDICTION_JSON,
     RESULT_JSON,
     STATE_JSON,
+    STATE_LOCK,
     SUBMITTED,
 )
-from nlp_bench.store.records import Attempt, PointRecord, StateRecord, now_iso
+from nlp_bench.store.records import Attempt, PointRecord, StateRecord, check_number, now_iso
+
+#: what a result's summary and energy hold beside numbers: names, formulas, sources, reasons
+_TEXT_FIELDS = {"tflops_convention", "mfu_basis", "mfu_note", "source", "reason"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,12 @@ class PointDir:
 
     def prediction(self) -> dict[str, Any] | None:
         path = self.path / PREDICTION_JSON
-        return read_object(path) if path.is_file() else None
+        if not path.exists():
+            return None
+        data = read_object(path)
+        for key in ("tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "memory_gib"):
+            check_number(data, key, path)
+        return data
 
     def write_prediction(self, data: dict[str, Any]) -> None:
         write_object(self.path / PREDICTION_JSON, data, durable=False)
@@ -81,15 +90,18 @@ class PointDir:
 
     def result(self) -> dict[str, Any] | None:
         path = self.path / RESULT_JSON
-        if not path.is_file():
+        if not path.exists():
             return None
         data = read_object(path)
-        for key in ("summary", "records"):
-            if key not in data:
-                raise StoreError(f"{path}: {key} is missing; delete the file and it is made again from job.out")
-        if not isinstance(data["records"], list) or not isinstance(data["summary"], (dict, type(None))):
-            raise StoreError(f"{path}: records must be a list and summary an object; delete the file and it is "
-                             "made again from job.out")
+        for key, kinds in (("summary", (dict, type(None))), ("records", list), ("energy", (dict, type(None))),
+                           ("provenance", (dict, type(None)))):
+            if not isinstance(data.get(key), kinds):
+                raise StoreError(f"{path}: {key} is missing or of the wrong kind; delete the file and it is made "
+                                 "again from job.out")
+        for part in ("summary", "energy"):
+            for key, value in (data.get(part) or {}).items():
+                if key not in _TEXT_FIELDS:
+                    check_number({key: value}, key, path, f"{part}.")
         return data
 
     def write_result(self, data: dict[str, Any]) -> None:
@@ -102,41 +114,63 @@ class PointDir:
 
     def state(self) -> StateRecord:
         path = self.path / STATE_JSON
-        return StateRecord.read(read_object(path), path) if path.is_file() else StateRecord()
+        return StateRecord.read(read_object(path), path) if path.exists() else StateRecord()
 
     def attempt(self) -> Attempt | None:
         return self.state().current
 
-    def _save(self, record: StateRecord) -> None:
-        write_object(self.path / STATE_JSON, record.to_dict())
+    @contextlib.contextmanager
+    def _editing(self) -> Iterator[StateRecord]:
+        """state.json read and, if the block ends normally, written back, under the state lock: two writers
+        (a launcher, a `bench status`, a cancel) never lose each other's change."""
+        self.require()
+        with locks.hold(self.path / STATE_LOCK, f"the state of {self.path}", wait=True):
+            record = self.state()
+            yield record
+            write_object(self.path / STATE_JSON, record.to_dict())
 
     def begin_attempt(self, executor: str, state: str = states.SUBMITTING, **fields: Any) -> Attempt:
         """A new attempt, recorded before the scheduler is asked: a bench that dies in between leaves the
         evidence that a job may exist."""
-        record = self.state()
-        attempt = Attempt(number=len(record.attempts) + 1, executor=executor, state=state,
-                          submitted=now_iso(), **fields)
-        attempt.history.append({"state": state, "at": attempt.submitted})
-        record.attempts.append(attempt)
-        self._save(record)
+        with self._editing() as record:
+            attempt = Attempt(number=len(record.attempts) + 1, executor=executor, state=state,
+                              submitted=now_iso(), **fields)
+            attempt.history.append({"state": state, "at": attempt.submitted})
+            record.attempts.append(attempt)
         return attempt
 
-    def update(self, state: str | None = None, **fields: Any) -> Attempt:
+    def update(self, state: str | None = None, *, number: int | None = None, **fields: Any) -> Attempt:
         """Change the current attempt: a new state is appended to its history (with the job id it concerns,
-        so a second job in the same state shows too), the other fields are replaced."""
-        record = self.state()
-        attempt = record.current
-        if attempt is None:
-            raise StoreError(f"{self.path / STATE_JSON}: no job was submitted for this point")
-        for name, value in fields.items():
-            if not hasattr(attempt, name):
-                raise TypeError(f"an attempt has no field {name!r}")
-            setattr(attempt, name, value)
-        if state is not None and (state != attempt.state or fields.get("job_id")):
-            attempt.history.append({"state": state, "at": now_iso(), "job_id": attempt.job_id})
-            attempt.state = state
-        self._save(record)
+        so a second job in the same state shows too), the other fields are replaced. With `number`, only
+        that attempt is changed: a poll that saw an earlier attempt never writes over a later one, and an
+        attempt that ended is never changed again."""
+        with self._editing() as record:
+            attempt = record.current
+            if attempt is None:
+                raise StoreError(f"{self.path / STATE_JSON}: no job was submitted for this point")
+            if number is not None and (attempt.number != number or attempt.state in states.TERMINAL):
+                return attempt
+            for name, value in fields.items():
+                if not hasattr(attempt, name):
+                    raise TypeError(f"an attempt has no field {name!r}")
+                setattr(attempt, name, value)
+            if state is not None and (state != attempt.state or fields.get("job_id")):
+                attempt.history.append({"state": state, "at": now_iso(), "job_id": attempt.job_id})
+                attempt.state = state
         return attempt
+
+    def cancel_unsubmitted(self, executor: str) -> bool:
+        """Record a point that was never submitted as cancelled (a launcher still going through the run
+        then leaves it); False where it was submitted meanwhile."""
+        with self._editing() as record:
+            if record.state != states.NOT_SUBMITTED:
+                return False
+            at = now_iso()
+            record.attempts.append(Attempt(
+                number=len(record.attempts) + 1, executor=executor, state=states.CANCELLED, finished=at,
+                failure_class="cancelled", failure_detail="cancelled before it was submitted",
+                history=[{"state": states.CANCELLED, "at": at}]))
+        return True
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

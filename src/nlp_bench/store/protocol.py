@@ -8,18 +8,27 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-#: the jobscript's first and last lines (slurm/templates/jobscript.sbatch.j2 is rendered with these)
+#: the jobscript's first and last lines begin so
 STARTED = "nlp-bench: job "
 EXITED = "nlp-bench: training exited with code "
+#: the two lines as the jobscript prints them (slurm/templates/jobscript.sbatch.j2 is rendered with these; the
+#: shell fills in the job id, the nodes, the time and the training's exit code `$rc`), and as read back below
+START_LINE = STARTED + "${SLURM_JOB_ID:-none} on ${SLURM_JOB_NODELIST:-$(hostname)} started $(date -Iseconds)"
+EXIT_LINE = EXITED + "$rc at $(date -Iseconds)"
 
-_STARTED = re.compile(rb"^nlp-bench: job \S+ on \S+ started (\S+)", re.M)
-_EXITED = re.compile(rb"^nlp-bench: training exited with code (\d+)(?: at (\S+))?", re.M)
+_STARTED = re.compile(rb"^" + re.escape(STARTED.encode()) + rb"(\S+) on \S+ started (\S+)", re.M)
+_EXITED = re.compile(rb"^" + re.escape(EXITED.encode()) + rb"(\d+)(?: at (\S+))?", re.M)
 #: how much of the log's end is read: the exit line is the script's very last
 TAIL_BYTES = 16_384
 
 
 class Exit(NamedTuple):
     code: int
+    at: datetime | None
+
+
+class Start(NamedTuple):
+    job_id: str | None  # the scheduler's id, as the job saw it (None where it ran without one)
     at: datetime | None
 
 
@@ -50,7 +59,10 @@ def exit_of(log: Path) -> Exit | None:
     return Exit(int(code), _time(at))
 
 
-def started_at(log: Path) -> datetime | None:
-    """When the jobscript started, from its first line."""
+def start_of(log: Path) -> Start | None:
+    """The job id and start time the jobscript wrote first, or None when it never started."""
     found = _STARTED.search(_read(log, from_end=False))
-    return _time(found.group(1)) if found else None
+    if not found:
+        return None
+    job_id = found.group(1).decode(errors="replace")
+    return Start(None if job_id == "none" else job_id, _time(found.group(2)))

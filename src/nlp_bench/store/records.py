@@ -38,6 +38,13 @@ def _want(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: P
     return value
 
 
+def check_number(data: dict[str, Any], key: str, path: Path, what: str = "") -> None:
+    """A field that holds a number or nothing (a figure a view computes with)."""
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise StoreError(f"{path}: {what}{key} must be a number or null, found {type(value).__name__} {value!r:.40}")
+
+
 def _positive(data: dict[str, Any], key: str, path: Path, what: str) -> int:
     value = _want(data, key, int, path, what)
     if value < 1:
@@ -71,6 +78,11 @@ class RunRecord:
         points = _want(data, "points", list, path)
         if not all(isinstance(p, str) and p and "/" not in p and not p.startswith(".") for p in points):
             raise StoreError(f"{path}: points must be a list of point folder names")
+        if len(set(points)) != len(points):
+            raise StoreError(f"{path}: points names a folder twice")
+        for key in ("tags", "command"):
+            if not isinstance(data.get(key, []), list):
+                raise StoreError(f"{path}: {key} must be a list")
         sequence = data.get("sequence")
         if sequence is not None:
             _want(data, "sequence", int, path)
@@ -94,8 +106,8 @@ class PointRecord:
 
     @classmethod
     def read(cls, data: dict[str, Any], path: Path) -> PointRecord:
-        _want(data, "id", str, path)
-        _want(data, "system", str, path)
+        for key in ("id", "system", "benchmark", "tag"):
+            _want(data, key, str, path)
         model = _want(data, "model", dict, path)
         for key in ("seq_length", "num_layers", "hidden_size", "vocab_padded", "ffn_hidden_size"):
             _positive(model, key, path, "model.")
@@ -191,16 +203,19 @@ class Attempt:
 
     @classmethod
     def read(cls, data: dict[str, Any], path: Path) -> Attempt:
-        names = {f.name for f in dataclasses.fields(cls)}
         _positive(data, "number", path, "attempt.")
         _want(data, "executor", str, path, "attempt.")
         state = _want(data, "state", str, path, "attempt.")
         if state not in states.ALL:
             raise StoreError(f"{path}: attempt.state {state!r} is not a job state ({', '.join(sorted(states.ALL))})")
-        for key in ("chain_job_ids", "job_names", "history"):
-            if not isinstance(data.get(key, []), list):
-                raise StoreError(f"{path}: attempt.{key} must be a list")
-        return cls(**{k: v for k, v in data.items() if k in names})
+        for key, kinds in _ATTEMPT_FIELDS.items():
+            value = data.get(key)
+            if key in data and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
+                names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+                raise StoreError(f"{path}: attempt.{key} must be {names}, found {type(data[key]).__name__}")
+        if data.get("process") is not None and not isinstance(data["process"].get("pid"), int):
+            raise StoreError(f"{path}: attempt.process.pid must be a number")
+        return cls(**{k: v for k, v in data.items() if k in _ATTEMPT_FIELDS or k in ("number", "executor", "state")})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -220,6 +235,16 @@ class Attempt:
     def job_time_s(self) -> float | None:
         """The job's run time once it has ended (the table's Job_Time)."""
         return self.elapsed_s() if self.finished else None
+
+
+_TEXT = (str, type(None))
+#: every other field of an attempt and what it may hold
+_ATTEMPT_FIELDS: dict[str, tuple[type, ...]] = {
+    "job_id": _TEXT, "chain_job_ids": (list,), "job_names": (list,), "process": (dict, type(None)),
+    "scripts_sha256": (dict,), "submitted": _TEXT, "started": _TEXT, "finished": _TEXT, "times_from": _TEXT,
+    "exit_code": (int, type(None)), "failure_class": _TEXT, "failure_detail": _TEXT,
+    "consumed_energy_j": (int, float, type(None)), "unseen_since": _TEXT, "history": (list,),
+}
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 
 from nlp_bench import __version__
 from nlp_bench.store import locks
-from nlp_bench.store.files import StoreError, os_reason, read_object, write_object
+from nlp_bench.store.files import StoreError, os_reason, read_object, write_object, write_text
 from nlp_bench.store.names import CREATING, CREATING_LOCK, RUN_JSON, SEQUENCE
 from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.records import RunRecord, now_iso
@@ -54,9 +54,6 @@ class Run:
         """The folders of the points that are there."""
         return [p.path for p in self.points() if p.exists()]
 
-    def missing(self) -> list[str]:
-        return [p.id for p in self.points() if not p.exists()]
-
 
 def check_root(root: Path) -> Path:
     """The results folder, refused in one line where it cannot be one (a file, /dev/null)."""
@@ -77,18 +74,24 @@ def new_run_id() -> str:
 
 
 def _next_sequence(root: Path) -> int:
-    """The next value of the results folder's run counter, taken under its lock."""
+    """The next value of the results folder's run counter, taken under its lock. A counter that is gone or
+    unreadable starts again after the largest value any run holds."""
     counter = root / SEQUENCE
     with locks.hold(root / f"{SEQUENCE}.lock", f"the run counter of {root}", wait=True):
         try:
-            text = counter.read_text().strip() if counter.is_file() else ""
-            value = int(text) + 1 if text else 1 + sum(1 for _ in root.glob(f"*/*/{RUN_JSON}"))
-            counter.write_text(f"{value}\n")
-        except ValueError:
-            raise StoreError(f"{counter}: not a number; delete it and bench counts the runs again") from None
-        except OSError as exc:
-            raise StoreError(f"cannot write {counter}: {os_reason(exc)}") from None
+            value = int(counter.read_text()) + 1
+        except (OSError, ValueError):
+            value = 1 + max((run.record().sequence or 0 for run in _readable(root)), default=0)
+        write_text(counter, f"{value}\n")
     return value
+
+
+def _readable(root: Path) -> Iterator[Run]:
+    for path in _run_files(root):
+        run = Run(path.parent)
+        with contextlib.suppress(StoreError):
+            run.record()
+            yield run
 
 
 def _version(package: str) -> str | None:
@@ -126,10 +129,17 @@ def argv() -> list[str]:
     return [Path(sys.argv[0]).name, *sys.argv[1:]]
 
 
+#: a half-written run is cleared only when untouched this long: its creator takes its lock at once, and a
+#: folder this young may be one whose creator has not yet
+ABANDONED_AFTER_S = 60.0
+
+
 def _clear_abandoned(folder: Path) -> None:
     """Remove what creators that were killed left half-written (their lock is free)."""
     for stale in folder.glob(f"{CREATING}*"):
         with contextlib.suppress(locks.Busy, StoreError, OSError):
+            if time.time() - stale.stat().st_mtime < ABANDONED_AFTER_S:
+                continue
             with locks.hold(stale / CREATING_LOCK, f"{stale}"):
                 shutil.rmtree(stale)
 
@@ -163,6 +173,9 @@ def create_run(root: Path, benchmark: str, tag: str, system: str, point_ids: lis
     except OSError as exc:
         shutil.rmtree(building, ignore_errors=True)
         raise StoreError(f"cannot write run {parent / run_id}: {os_reason(exc)}; nothing was written") from None
+    except StoreError as exc:
+        shutil.rmtree(building, ignore_errors=True)
+        raise StoreError(f"{exc} (while writing run {run_id}: nothing was written)") from None
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise

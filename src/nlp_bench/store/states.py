@@ -15,10 +15,14 @@ LOST = "LOST"
 UNKNOWN = "UNKNOWN"
 #: run.json lists the point, but its folder is gone
 MISSING = "MISSING"
+#: a published measurement shown beside a run's rows (results/reference): no job of ours
+REFERENCE = "REFERENCE"
 
 TERMINAL = frozenset({COMPLETED, FAILED, TIMEOUT, CANCELLED, NODE_FAIL, OUT_OF_MEMORY, LOST})
 #: a job may be queued or running: nothing may be submitted for the point
 ACTIVE = frozenset({SUBMITTING, PENDING, RUNNING, UNKNOWN})
 #: what `--resume` runs again
 RERUNNABLE = (TERMINAL - {COMPLETED}) | {NOT_SUBMITTED}
+#: nothing to ask a scheduler about: the job ended, or there never was one
+SETTLED = TERMINAL | {NOT_SUBMITTED}
 ALL = TERMINAL | ACTIVE | {NOT_SUBMITTED, MISSING}
