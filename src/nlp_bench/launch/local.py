@@ -128,7 +128,7 @@ class LocalExecutor:
         command = (f"echo $$ > {SUBMITTED}/{JOB_PID}; export SLURM_JOB_ID=$$ SLURM_JOBID=$$; "
                    f"{steps}exec bash ./{SUBMITTED}/{last}")
         env = job_environment({**os.environ, **slurm_environment(point.path), "MASTER_PORT": str(_free_port())})
-        point.begin_attempt(self.name, scripts_sha256={name: sha256(body) for name, body in scripts.items()})
+        begun = point.begin_attempt(self.name, scripts_sha256={name: sha256(body) for name, body in scripts.items()})
         with _uninterrupted() as hearing:
             try:
                 with (point.path / JOB_OUT).open("wb") as out, (point.path / JOB_ERR).open("wb") as err:
@@ -141,7 +141,7 @@ class LocalExecutor:
             job_id = str(proc.pid)
             self._children[job_id] = proc
             point.update(states.RUNNING, job_id=job_id, chain_job_ids=[job_id] * len(chain),
-                         process=identity(proc.pid), started=point.attempt().submitted, times_from="bench")
+                         process=identity(proc.pid), started=begun.submitted, times_from="bench")
         return job_id
 
     def poll(self, point_dir: Path) -> str:

@@ -60,6 +60,7 @@ class PointDir:
     # --- the resolved point and what was predicted of it ------------------------------------------------
 
     def point(self) -> PointRecord:
+        self.require()
         path = self.path / POINT_JSON
         return PointRecord.read(read_object(path), path)
 
@@ -113,8 +114,13 @@ class PointDir:
     # --- the jobs ---------------------------------------------------------------------------------
 
     def state(self) -> StateRecord:
+        """Every attempt (none: never submitted). StoreError where the folder itself is gone: that is no
+        point that was never submitted."""
         path = self.path / STATE_JSON
-        return StateRecord.read(read_object(path), path) if path.exists() else StateRecord()
+        if path.exists():
+            return StateRecord.read(read_object(path), path)
+        self.require()
+        return StateRecord()
 
     def attempt(self) -> Attempt | None:
         return self.state().current
