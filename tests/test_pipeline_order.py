@@ -1,10 +1,11 @@
-"""The pipeline schedule as a table, checked against the invariants of 1F1B without starting a process."""
+"""The pipeline schedule as a table, transfers included, checked against the invariants of 1F1B without
+starting a process."""
 
 import itertools
 
 import pytest
 
-from nlp_bench.train.pipeline_order import Unit, order, warmup
+from nlp_bench.train.pipeline_order import Unit, order, schedule, steps, warmup
 
 LAYOUTS = [(pp, v, m) for pp, v in [(2, 1), (4, 1), (2, 2), (2, 3), (4, 2), (4, 3), (8, 2)]
            for m in (pp, 2 * pp, 3 * pp, 8 * pp) if v == 1 or m % pp == 0] + [(4, 1, 1), (4, 1, 3), (4, 1, 5)]
@@ -108,6 +109,68 @@ def test_pp4_vp3_table():
     assert warmup(4, 3, 8, 3) == 8 and order(4, 3, 8, 3)[8:10] == [Unit(0, 2, True), Unit(0, 2, False)]
     tail = [(u.micro_batch, u.chunk) for u in table[-4:]]
     assert tail == [(4, 0), (5, 0), (6, 0), (7, 0)] and not any(u.forward for u in table[-4:])
+
+
+@pytest.mark.parametrize("pp,v,m", LAYOUTS + [(1, 1, 1), (1, 1, 4)])
+def test_each_rank_runs_its_order_in_the_time_an_independent_simulation_takes(pp, v, m):
+    table = schedule(pp, v, m)
+    for rank in range(pp):
+        assert [s.unit for s in table[rank] if s.unit is not None] == order(pp, v, m, rank)
+        assert [s.time for s in table[rank]] == sorted({s.time for s in table[rank]}), "one step per time"
+        assert steps(pp, v, m, rank) == table[rank]
+    assert max(s.time for rank in table for s in rank) + 1 == simulate(pp, v, m)
+
+
+def _at(table, rank: int, time: int):
+    return next((s for s in table[rank] if s.time == time), None)
+
+
+@pytest.mark.parametrize("pp,v,m", LAYOUTS + [(1, 1, 4)])
+def test_every_send_meets_its_receive_in_the_same_exchange(pp, v, m):
+    """An activation of virtual stage c·pp + r goes to stage c·pp + r + 1 (rank r + 1, or chunk c + 1 of rank
+    0 across the ring), a gradient to stage c·pp + r − 1; the neighbour receives it at the same time. Nothing
+    is received that was not sent, and the first and last virtual stages send nothing outward."""
+    table = schedule(pp, v, m)
+    received = 0
+    for rank in range(pp):
+        for step in table[rank]:
+            u = step.unit
+            first, last = u is not None and rank == 0 and u.chunk == 0, u is not None and rank == pp - 1 and u.chunk == v - 1
+            assert step.send_next == (u is not None and u.forward and not last)
+            assert step.send_prev == (u is not None and not u.forward and not first)
+            if step.send_next:
+                there = _at(table, (rank + 1) % pp, step.time)
+                assert there is not None and there.recv_prev == (u.micro_batch, u.chunk + (rank == pp - 1)), (rank, step)
+            if step.send_prev:
+                there = _at(table, (rank - 1) % pp, step.time)
+                assert there is not None and there.recv_next == (u.micro_batch, u.chunk - (rank == 0)), (rank, step)
+            if step.recv_prev is not None:
+                sender = _at(table, (rank - 1) % pp, step.time)
+                assert sender is not None and sender.send_next
+                received += 1
+            if step.recv_next is not None:
+                sender = _at(table, (rank + 1) % pp, step.time)
+                assert sender is not None and sender.send_prev
+                received += 1
+    # every virtual stage but the first receives m activations, every one but the last m gradients
+    assert received == 2 * m * (pp * v - 1)
+
+
+@pytest.mark.parametrize("pp,v,m", LAYOUTS)
+def test_a_unit_runs_only_on_what_arrived_before_it(pp, v, m):
+    table = schedule(pp, v, m)
+    for rank in range(pp):
+        arrived: dict[tuple[int, int, bool], int] = {}
+        for step in table[rank]:
+            u = step.unit
+            if u is not None and not (rank == 0 and u.chunk == 0 and u.forward) \
+                    and not (rank == pp - 1 and u.chunk == v - 1 and not u.forward):
+                assert arrived.pop((u.micro_batch, u.chunk, u.forward)) < step.time, (rank, step)
+            for got, forward in ((step.recv_prev, True), (step.recv_next, False)):
+                if got is not None:
+                    assert (*got, forward) not in arrived, "received twice"
+                    arrived[(*got, forward)] = step.time
+        assert arrived == {}, f"received but never used: {arrived}"
 
 
 def test_micro_batches_fewer_than_stages_still_run():

@@ -10,6 +10,7 @@ from typing import Any
 from nlp_bench import flops
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.errors import BenchError
+from nlp_bench.spec.switches import decode
 from nlp_bench.store import states
 from nlp_bench.store.files import StoreError, naming
 from nlp_bench.store.names import JOB_OUT, JOBSCRIPT, PROVENANCE_ENV
@@ -27,12 +28,11 @@ COLUMNS = [
 
 
 def shape_of(point: PointRecord) -> flops.Shape:
-    model, layout, train = point.model, point.layout, point.train
+    model, layout, on = point.model, point.layout, decode(point.train)
     return flops.Shape(
         global_batch=layout["global_batch_size"], seq_length=model["seq_length"], num_layers=model["num_layers"],
         hidden=model["hidden_size"], vocab_padded=model["vocab_padded"], ffn_hidden=model["ffn_hidden_size"],
-        swiglu=bool(train.get("swiglu")), recompute=bool(train.get("recompute-activations")
-                                                          or train.get("recompute-granularity")),
+        swiglu=on.swiglu, recompute=on.recomputes,
     )
 
 

@@ -137,7 +137,7 @@ def _megatron(system: System) -> Check:
 def _data_files(point: Point) -> list[Check]:
     """The files the tag's training arguments name, with NLP_BENCH_DATA as the jobscript sets it."""
     data_dir = os.environ.get("NLP_BENCH_DATA") or os.path.expandvars(os.path.expanduser(point.system.data_dir))
-    flags = point.flags
+    flags = point.train
     wanted = []
     for flag in ("vocab-file", "merge-file"):
         if flags.get(flag):

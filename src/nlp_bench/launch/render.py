@@ -69,19 +69,19 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
     sbatch = {**point.system.sbatch, **point.sbatch}
     job_name = sbatch.pop("job-name", f"nlp-bench-{point.tag}")
     env = {key: shell_value(value) for key, value in point.env.items()}
-    train = point.flags
+    train = dict(point.train)
     if compile_job:
         train = {k: v for k, v in train.items() if k not in _RUN_ONLY}
         iters = point.system.compile_iters
         # the trial run is short, but its learning-rate schedule stays the run's (a decay shorter than the
         # warm-up is refused), and it counts in the run's unit: the graphs are the same either way
-        if "train-samples" in point.flags:
+        if "train-samples" in point.train:
             train["train-samples"] = iters * point.layout.global_batch_size
-            train.setdefault("lr-decay-samples", point.flags["train-samples"])
+            train.setdefault("lr-decay-samples", point.train["train-samples"])
         else:
             train["train-iters"] = iters
-            if "train-iters" in point.flags:
-                train.setdefault("lr-decay-iters", point.flags["train-iters"])
+            if "train-iters" in point.train:
+                train.setdefault("lr-decay-iters", point.train["train-iters"])
         job_name += "-compile"
     template = _environment(str(slurm_dir() / "templates")).get_template(TEMPLATE)
     return template.render(

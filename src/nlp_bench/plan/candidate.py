@@ -8,8 +8,6 @@ from nlp_bench.spec.layout import Layout
 from nlp_bench.spec.layout import problems as layout_problems
 from nlp_bench.spec.models import ModelSpec
 
-RECOMPUTE = ("none", "selective", "full")
-
 
 @dataclass(frozen=True)
 class Candidate(Layout):

@@ -14,9 +14,10 @@ from typing import Any
 from nlp_bench import flops
 from nlp_bench.errors import PlanError
 from nlp_bench.paths import reference_dir
-from nlp_bench.plan.candidate import RECOMPUTE, Candidate
+from nlp_bench.plan.candidate import Candidate
 from nlp_bench.plan.points import Planned
 from nlp_bench.spec.models import ModelSpec, get_model
+from nlp_bench.spec.switches import RECOMPUTE
 from nlp_bench.spec.systems import load_system
 from nlp_bench.spec.yamlio import load_yaml
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.spec.models import ModelSpec
+from nlp_bench.spec.switches import decode
 from nlp_bench.spec.systems import System, load_system
 
 
@@ -24,18 +25,14 @@ class Planned:
 
 def candidate(layout: dict[str, Any], train: dict[str, Any], model: ModelSpec) -> Candidate:
     """The layout's sizes with the switches the training flags set (Megatron's names)."""
-    per_chunk = train.get("num-layers-per-virtual-pipeline-stage")
     pp = int(layout["pp"])
-    recompute = train.get("recompute-granularity") or ("selective" if train.get("recompute-activations") else "none")
+    on = decode(train)
     return Candidate(
         nodes=int(layout["nodes"]), devices_per_node=int(layout["devices_per_node"]), tp=int(layout["tp"]), pp=pp,
-        mbs=int(layout["mbs"]), gas=int(layout["gas"]),
-        vp=model.num_layers // (pp * int(per_chunk)) if per_chunk else 1,
-        recompute=str(recompute), distributed_optimizer=bool(train.get("use-distributed-optimizer")),
-        sequence_parallel=bool(train.get("sequence-parallel")), flash_attention=bool(train.get("use-flash-attn")),
-        precision="bf16" if train.get("bf16") else "fp16" if train.get("fp16") else "fp32",
-        overlap_grad_reduce=bool(train.get("overlap-grad-reduce")),
-        overlap_param_gather=bool(train.get("overlap-param-gather")),
+        mbs=int(layout["mbs"]), gas=int(layout["gas"]), vp=on.model_chunks(model.num_layers, pp),
+        recompute=on.recompute, distributed_optimizer=on.distributed_optimizer,
+        sequence_parallel=on.sequence_parallel, flash_attention=on.flash_attention, precision=on.precision,
+        overlap_grad_reduce=on.overlap_grad_reduce, overlap_param_gather=on.overlap_param_gather,
     )
 
 
@@ -43,7 +40,7 @@ def from_point(point) -> Planned:
     """From a resolved spec.benchmark.Point."""
     layout = {**point.layout.to_dict()}
     return Planned(point.model, point.system, candidate(layout, point.train, point.model),
-                   bool(point.train.get("swiglu")))
+                   decode(point.train).swiglu)
 
 
 def from_point_json(data: dict[str, Any]) -> Planned:
@@ -52,4 +49,4 @@ def from_point_json(data: dict[str, Any]) -> Planned:
     model = ModelSpec(**{k: v for k, v in data["model"].items() if k in names})
     train = data.get("train") or {}
     return Planned(model, load_system(data["system"]), candidate(data["layout"], train, model),
-                   bool(train.get("swiglu")))
+                   decode(train).swiglu)

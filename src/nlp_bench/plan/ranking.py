@@ -8,9 +8,11 @@ from dataclasses import dataclass, replace
 
 from nlp_bench import flops
 from nlp_bench.plan import memory, timing
-from nlp_bench.plan.candidate import RECOMPUTE, Candidate
+from nlp_bench.plan.candidate import Candidate
 from nlp_bench.plan.validation import Trust
+from nlp_bench.spec.layout import data_parallel_size
 from nlp_bench.spec.models import ModelSpec, pad_vocab
+from nlp_bench.spec.switches import RECOMPUTE
 from nlp_bench.spec.systems import System
 
 
@@ -101,7 +103,7 @@ def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) 
         for tp, pp in itertools.product(tps, pps):
             if world % (tp * pp):
                 continue
-            dp = world // (tp * pp)
+            dp = data_parallel_size(world, tp, pp)
             vps = space.vp or [v for v in (1, 2, 3, 4, 6, 8) if pp > 1 or v == 1]
             for mbs in space.mbs or (1, 2, 4, 8):
                 if space.gas:

@@ -39,6 +39,8 @@ class Point:
     model: ModelSpec
     system: System
     layout: Layout
+    #: every training flag the trainer gets beyond the model and layout (with Megatron-LM, the system's
+    #: megatron_lm_train too): the same dict in memory and in point.json
     train: dict[str, Any]
     sbatch: dict[str, Any] = field(default_factory=dict)
     #: what a sweep changed beyond the layout (model fields, flags); part of the id when present
@@ -53,13 +55,6 @@ class Point:
         lay = self.layout
         by = "" if self.trainer == BUILTIN else f"_{self.trainer}"
         return f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}_mbs{lay.mbs}_gas{lay.gas}{self.variant}{by}"
-
-    @property
-    def flags(self) -> dict[str, Any]:
-        """The training flags the trainer gets beyond the model and layout: Megatron-LM adds the system's."""
-        if self.trainer == MEGATRON_LM:
-            return {**self.train, **self.system.megatron_lm_train}
-        return self.train
 
     @property
     def env(self) -> dict[str, Any]:
@@ -87,7 +82,7 @@ class Point:
             "layout": self.layout.to_dict(),
             "trainer": self.trainer,
             "rules": self.rules,
-            "train": self.flags,
+            "train": self.train,
             "sbatch": self.sbatch,
         }
 
@@ -134,10 +129,12 @@ class Benchmark:
         if clash:
             raise SpecError(f"{where}: train may not set {', '.join(sorted(clash))} (they follow from model and layout)")
         trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
+        if trainer == MEGATRON_LM:
+            flags = {**flags, **sys_.megatron_lm_train}
         point = Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
                       rules=spec.get("rules"))
         if trainer == MEGATRON_LM:
-            check_megatron_flags([*point.flags, *DERIVED_FLAGS], f"{where} on {sys_.name}")
+            check_megatron_flags([*point.train, *DERIVED_FLAGS], f"{where} on {sys_.name}")
         return point
 
 

@@ -9,6 +9,12 @@ from nlp_bench.errors import LayoutError
 from nlp_bench.spec.models import ModelSpec
 
 
+def data_parallel_size(world: int, tp: int, pp: int) -> int:
+    """The data-parallel replicas of a tp x pp model on `world` devices: the one place dp is worked out
+    (meaningful where tp x pp divides the world, which parallel_violations checks)."""
+    return world // (tp * pp)
+
+
 @dataclass(frozen=True)
 class Layout:
     """How a model is spread over an allocation (Megatron's tp x pp x dp grid)."""
@@ -26,7 +32,7 @@ class Layout:
 
     @property
     def dp(self) -> int:
-        return self.world // (self.tp * self.pp)
+        return data_parallel_size(self.world, self.tp, self.pp)
 
     @property
     def global_batch_size(self) -> int:
@@ -95,7 +101,7 @@ def parallel_violations(*, world: int, tp: int, pp: int, num_layers: int, num_at
         if layers_per_chunk is None:
             need(num_layers % (pp * chunks) == 0, "vp-layers", lambda:
                  f"interleaving (vp {chunks}) needs pp x vp = {pp * chunks} to divide the {num_layers} layers")
-    dp = world // (tp * pp) if world % (tp * pp) == 0 else None
+    dp = data_parallel_size(world, tp, pp) if world % (tp * pp) == 0 else None
     if dp is not None and global_batch_size is not None and micro_batch_size is not None:
         need(global_batch_size % (micro_batch_size * dp) == 0, "gbs-mbs-dp", lambda:
              f"the global batch {global_batch_size} must be a multiple of mbs x dp = {micro_batch_size} x {dp} "

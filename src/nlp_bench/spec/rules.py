@@ -15,13 +15,14 @@ from typing import Any
 
 from nlp_bench.errors import SpecError, unknown
 from nlp_bench.paths import benchmark_dir
+from nlp_bench.spec.layout import Layout
+from nlp_bench.spec.switches import PRECISION_FLAGS, precision_of
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _KEYS = {"name", "source", "free", "fixed", "paths", "technical", "tags"}
 _TAG_KEYS = {"model", "reference", "args", "defaults"}
 #: an expected value that only asks for the flag to be there (a site's path)
 PATH = "path"
-PRECISIONS = ("bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,12 @@ class Rules:
         fixed_flags = {f for flags in self.fixed.values() for f in flags}
         for name, flags in self.fixed.items():
             if name == "precision":
-                got = next((p for p in PRECISIONS if found.get(p) is True), "fp32")
-                if got != want.model["precision"] or sum(found.get(p) is True for p in PRECISIONS) > 1:
-                    shown = " ".join(f"--{p}" for p in PRECISIONS if p in found) or "neither --bf16 nor --fp16"
+                try:
+                    got = precision_of(found)
+                except SpecError:  # both: no precision is what the rules fix
+                    got = None
+                if got != want.model["precision"]:
+                    shown = " ".join(f"--{p}" for p in PRECISION_FLAGS if p in found) or "neither --bf16 nor --fp16"
                     deviations.append(Deviation("--bf16/--fp16", f"--{want.model['precision']}", shown,
                                                 "fixed by the rules: precision"))
                 continue
@@ -93,7 +97,7 @@ def _reference_gbs(want: TagRules) -> int | None:
     """The reference's global batch: its data-parallel size times micro batch times accumulation steps."""
     ref = want.reference
     try:
-        return ref["nodes"] * ref["devices_per_node"] // (ref["tp"] * ref["pp"]) * ref["mbs"] * ref["gas"]
+        return Layout(ref["nodes"], ref["devices_per_node"], ref["tp"], ref["pp"], ref["mbs"], ref["gas"]).global_batch_size
     except KeyError:
         return None
 

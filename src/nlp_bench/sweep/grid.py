@@ -40,13 +40,13 @@ from nlp_bench.errors import LayoutError, SpecError, did_you_mean
 from nlp_bench.spec.benchmark import Benchmark, Point, load_benchmark
 from nlp_bench.spec.layout import parallel_violations
 from nlp_bench.spec.models import SHAPE, ModelSpec
+from nlp_bench.spec.switches import PRECISION_FLAGS, PRECISIONS, decode, precision_flags
 from nlp_bench.spec.trainers import TRAINERS
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 from nlp_bench.sweep.expr import EvaluationError, Expression
 
 LAYOUT = ("nodes", "tp", "pp", "mbs", "gas")
 MODEL = SHAPE
-PRECISIONS = ("fp32", "bf16", "fp16")
 PARAMETERS = (*LAYOUT, *MODEL, "precision", "trainer")
 #: names an expression may read but no axis may set: they come with the system
 READ_ONLY = ("devices_per_node",)
@@ -159,10 +159,9 @@ def load_grid(path: str | Path) -> Grid:
 
 
 def _base(model: ModelSpec, point: Point) -> dict[str, Any]:
-    train = point.train
-    precision = "bf16" if train.get("bf16") else "fp16" if train.get("fp16") else "fp32"
     lay = point.layout
-    return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "mbs": lay.mbs, "gas": lay.gas, "precision": precision,
+    return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "mbs": lay.mbs, "gas": lay.gas,
+            "precision": decode(point.train).precision,
             "trainer": point.trainer, **{name: getattr(model, name) for name in MODEL}, **{READ_ONLY[0]: lay.devices_per_node}}
 
 
@@ -219,7 +218,7 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
     base = _base(start.model, start)
     fixed = set(benchmark.tags[start.tag].get("fixed") or [])
     touched = (set(grid.matrix) | set(grid.zipped) | {n for n, _ in grid.derived}) & fixed
-    if ({"bf16", "fp16"} & set(grid.train)) and "precision" in fixed:
+    if (set(PRECISION_FLAGS) & set(grid.train)) and "precision" in fixed:
         touched.add("precision")
     if touched and not no_rules:
         raise SpecError(f"the benchmark's rules fix {', '.join(sorted(touched))} for tag {start.tag}; a sweep "
@@ -287,7 +286,7 @@ def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[st
     extra = dict(train)
     changed: dict[str, Any] = {n: params[n] for n in MODEL if params[n] != base[n]}
     if precision != base["precision"]:
-        extra.update(bf16=precision == "bf16", fp16=precision == "fp16")
+        extra.update(precision_flags(precision))
         changed["precision"] = precision
     model = {n: v for n, v in changed.items() if n in MODEL}
     if params["trainer"] not in TRAINERS:

@@ -1,0 +1,110 @@
+"""What a point's Megatron flags switch on, decoded in one place.
+
+Megatron spells one setting several ways (`--recompute-activations` is selective recompute, as is
+`--recompute-granularity selective`; no precision flag is fp32; `--no-bias-gelu-fusion` turns a fused op
+off). The sweep, the planner, the trainer, the analysis and the rules check all read a point's flags
+through `decode`, so none of them can come to another answer for the same flags.
+
+Flags are given as a mapping of Megatron's names without the leading dashes (a benchmark's `train:`
+block, a parsed argv, the trainer's own flags); a switch is on when its value is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nlp_bench.errors import SpecError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+#: the precisions a flag names (fp32 is the absence of both)
+PRECISION_FLAGS = ("bf16", "fp16")
+RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_METHODS = ("uniform", "block")
+#: Megatron's switches that turn a fused op off, by the op (nlp_bench.kernels' names)
+UNFUSING_FLAGS = {"bias_gelu": "no-bias-gelu-fusion", "swiglu": "no-bias-swiglu-fusion",
+                  "cross_entropy": "no-cross-entropy-loss-fusion"}
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The settings a point's flags choose, beyond the model's shape and the parallel sizes."""
+
+    precision: str = "fp32"
+    #: activation recompute: none, selective (attention's core) or full (whole layers)
+    recompute: str = "none"
+    #: with full recompute: uniform or block, and how many layers per group (Megatron's defaults filled in)
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    swiglu: bool = False
+    flash_attention: bool = False
+    masked_softmax_fusion: bool = True
+    persist_layer_norm: bool = True
+    #: fused ops turned off, each with the flag that did it
+    unfused: dict[str, str] = field(default_factory=dict)
+    #: Megatron's --num-layers-per-virtual-pipeline-stage (None: plain 1F1B)
+    layers_per_virtual_stage: int | None = None
+
+    def model_chunks(self, num_layers: int, pp: int) -> int:
+        """Model chunks per pipeline rank: 1 for plain 1F1B, more when interleaved."""
+        per = self.layers_per_virtual_stage
+        return num_layers // (pp * per) if per else 1
+
+    @property
+    def recomputes(self) -> bool:
+        return self.recompute != "none"
+
+
+def precision_of(flags: Mapping[str, Any]) -> str:
+    """fp32 unless --bf16 or --fp16 is on; both at once is refused (a SpecError naming them)."""
+    on = [p for p in PRECISION_FLAGS if flags.get(p)]
+    if len(on) > 1:
+        raise SpecError("--bf16 and --fp16 exclude each other")
+    return on[0] if on else "fp32"
+
+
+def precision_flags(precision: str) -> dict[str, bool]:
+    """The flags that choose `precision` (the inverse of precision_of)."""
+    if precision not in PRECISIONS:
+        raise SpecError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return {flag: precision == flag for flag in PRECISION_FLAGS}
+
+
+def _recompute(get) -> tuple[str, str | None, int | None]:
+    granularity = get("recompute-granularity") or ("selective" if get("recompute-activations") else "none")
+    if granularity not in RECOMPUTE:
+        raise SpecError(f"--recompute-granularity must be selective or full, got {granularity!r}")
+    method, layers = get("recompute-method"), get("recompute-num-layers")
+    if granularity != "full":
+        if method or layers:
+            raise SpecError("--recompute-method and --recompute-num-layers go with --recompute-granularity full")
+        return granularity, None, None
+    if (method or "uniform") not in RECOMPUTE_METHODS:
+        raise SpecError(f"--recompute-method must be uniform or block, got {method!r}")
+    return granularity, method or "uniform", int(layers or 1)
+
+
+def decode(flags: Mapping[str, Any], *, xla_use_bf16: bool = False) -> Switches:
+    """The settings `flags` choose. `xla_use_bf16`: the Neuron examples' XLA_USE_BF16=1, which means bf16 as
+    --bf16 does unless --fp16 is given. A contradiction (both precisions, recompute details without full
+    recompute) is a SpecError."""
+    get = flags.get
+    precision = precision_of(flags)
+    if precision == "fp32" and xla_use_bf16:
+        precision = "bf16"
+    recompute, method, layers = _recompute(get)
+    per_stage = get("num-layers-per-virtual-pipeline-stage")
+    return Switches(
+        precision=precision, recompute=recompute, recompute_method=method, recompute_num_layers=layers,
+        sequence_parallel=bool(get("sequence-parallel")), distributed_optimizer=bool(get("use-distributed-optimizer")),
+        overlap_grad_reduce=bool(get("overlap-grad-reduce")), overlap_param_gather=bool(get("overlap-param-gather")),
+        swiglu=bool(get("swiglu")), flash_attention=bool(get("use-flash-attn")),
+        masked_softmax_fusion=not get("no-masked-softmax-fusion"), persist_layer_norm=not get("no-persist-layer-norm"),
+        unfused={op: f"--{flag}" for op, flag in UNFUSING_FLAGS.items() if get(flag)},
+        layers_per_virtual_stage=None if per_stage is None else int(per_stage),
+    )
