@@ -24,8 +24,9 @@ FORBIDDEN = {
     "plan": {"sweep", "launch", "train", "analysis", "report", "cli", "app", "data", "kernels", "store"},
     "kernels": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data", "store"},
     "app": {"cli", "train"},
+    "cli": {"train", "kernels"},
 }
-TORCH_FREE = ("store", "spec", "sweep", "launch", "analysis", "report", "data", "plan", "app")
+TORCH_FREE = ("store", "spec", "sweep", "launch", "analysis", "report", "data", "plan", "app", "cli")
 
 
 def _modules() -> dict[str, Path]:
@@ -161,3 +162,103 @@ def test_only_the_store_opens_its_records():
     outside = {str(p.relative_to(PKG)): record_uses(p) for m, p in MODULES.items()
                if not m.startswith("nlp_bench.store")}
     assert {k: v for k, v in outside.items() if v} == {}
+
+
+def test_no_two_modules_define_a_class_or_constant_of_the_same_name():
+    """One meaning per name: a class (`Checked`) or a public constant (`COLUMNS`, `FORMATS`) means one thing
+    wherever it is imported from."""
+    defined: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            names = []
+            if isinstance(node, ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Try):  # a class defined one way or another (yamlio's loader)
+                names = [n.name for block in (node.body, *(h.body for h in node.handlers)) for n in block
+                         if isinstance(n, ast.ClassDef)]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper() and t.id[0] != "_"]
+            for name in names:
+                defined.setdefault(name, set()).add(module)
+    assert {name: sorted(mods) for name, mods in defined.items() if len(mods) > 1} == {}
+
+
+#: the flags that choose a precision or activation recompute, in Megatron's and argparse's spelling
+_PRECISION_FLAGS = {"bf16", "fp16"}
+_RECOMPUTE_FLAGS = {"recompute-activations", "recompute-granularity", "recompute_activations", "recompute_granularity"}
+_TP = {"tp", "tensor_model_parallel_size"}
+_PP = {"pp", "pipeline_model_parallel_size"}
+
+
+def _word(node: ast.AST) -> str | None:
+    """The name an expression reads: a variable, an attribute, or a subscript by a string."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None
+
+
+def derivations(path: Path) -> list[str]:
+    """Where a module works out precision or recompute from the flags, or dp from the world and tp x pp."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        key = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            key = node.args[0].value
+        elif isinstance(node, (ast.Attribute, ast.Subscript)):
+            key = _word(node)
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) \
+                and any(isinstance(op, ast.In) for op in node.ops):
+            key = node.left.value
+        if key in _PRECISION_FLAGS:
+            found.append(f"line {node.lineno}: precision from {key}")
+        elif key in _RECOMPUTE_FLAGS:
+            found.append(f"line {node.lineno}: recompute from {key}")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) and isinstance(node.right, ast.BinOp) \
+                and isinstance(node.right.op, ast.Mult):
+            words = {_word(node.right.left), _word(node.right.right)}
+            if words & _TP and words & _PP:
+                found.append(f"line {node.lineno}: dp from tp x pp")
+    return sorted(set(found))
+
+
+def test_derivations_are_found(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('p = "bf16" if train.get("bf16") else "fp32"\nr = args.recompute_granularity\n'
+                      'dp = world // (self.tp * self.pp)\nq = ref["nodes"] // (ref["tp"] * ref["pp"])\n'
+                      'ok = "--bf16" in text or flags["lr"]\n')
+    assert derivations(module) == ["line 1: precision from bf16", "line 2: recompute from recompute_granularity",
+                                   "line 3: dp from tp x pp", "line 4: dp from tp x pp"]
+
+
+def test_precision_recompute_and_dp_are_each_worked_out_in_one_place():
+    """spec.switches decodes the flags (precision, recompute, ...), spec.layout alone computes dp: the sweep,
+    the planner, the trainer, the analysis and the rules check ask them."""
+    homes = {"nlp_bench.spec.switches", "nlp_bench.spec.layout"}
+    outside = {m: derivations(p) for m, p in MODULES.items() if m not in homes}
+    assert {m: found for m, found in outside.items() if found} == {}
+
+
+#: the longest a function may be: one that must be scrolled to be read is split into named steps
+MAX_FUNCTION_LINES = 80
+#: the longest a command module may be: the command line parses options and calls the app layer
+MAX_COMMAND_MODULE_LINES = 250
+
+
+def test_no_function_is_longer_than_it_can_be_read_at_once():
+    long = [f"{p.relative_to(PKG)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for p in MODULES.values() for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == []
+
+
+def test_the_command_line_is_thin_modules_of_verbs():
+    assert not (PKG / "cli.py").exists(), "the command line is the package nlp_bench.cli"
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PKG / "cli").glob("*.py")}
+    assert sizes and {name: n for name, n in sizes.items() if n > MAX_COMMAND_MODULE_LINES} == {}

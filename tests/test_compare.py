@@ -261,19 +261,19 @@ def test_pretty_table_fits_the_terminal_and_names_what_it_left_out(bench, result
 def test_pretty_table_wide_and_chosen_columns(bench, results, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from nlp_bench.analysis.results import COLUMNS
+    from nlp_bench.analysis.results import RESULT_COLUMNS
     from nlp_bench.cli import cli
 
     _fake_sweep(bench, results, tmp_path)
     monkeypatch.setenv("COLUMNS", "100")
     wide = bench("result", "table", "--wide").output
     header = wide.splitlines()[1].split()
-    assert header == COLUMNS and len(_table_rows(wide)) == 8 and "left out" not in wide
+    assert header == RESULT_COLUMNS and len(_table_rows(wide)) == 8 and "left out" not in wide
     chosen = bench("result", "table", "--columns", "point,Tokens_sec, state").output
     assert chosen.splitlines()[1].split() == ["point", "Tokens/sec", "state"] and len(_table_rows(chosen)) == 8
     csv_lines = bench("result", "table", "--format", "csv", "--columns", "Nodes,Tokens/sec").output.splitlines()
     assert csv_lines[0] == "Nodes,Tokens/sec" and len(csv_lines) == 9
-    assert bench("result", "table", "--format", "csv").output.splitlines()[0].split(",") == COLUMNS
+    assert bench("result", "table", "--format", "csv").output.splitlines()[0].split(",") == RESULT_COLUMNS
     for args, needle in ((["--columns", "Tokens/secc"], "did you mean"), (["--wide", "--columns", "Nodes"], "give one")):
         out = CliRunner().invoke(cli, ["--results-dir", str(results), "result", "table", *args])
         assert out.exit_code == 2 and needle in out.stderr, out.output

@@ -21,7 +21,7 @@ MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4
 
 
 def trainer(*flags: str, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", select.ENV, norm_settings.ENV)}
+    clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", select.KERNELS_ENV, norm_settings.NORM_LAUNCH_ENV)}
     return subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, *flags], capture_output=True, text=True,
                           timeout=600, env={**clean, **env})
 
@@ -29,7 +29,7 @@ def trainer(*flags: str, **env: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def fresh_choice(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.delenv(select.ENV, raising=False)
+    monkeypatch.delenv(select.KERNELS_ENV, raising=False)
     select.backend.cache_clear()
     yield monkeypatch
     select.backend.cache_clear()
@@ -45,15 +45,15 @@ def test_without_a_gpu_every_op_is_torch(fresh_choice):
 
 
 def test_the_environment_forces_or_is_refused(fresh_choice):
-    fresh_choice.setenv(select.ENV, "torch")
-    assert select.backend() == ("torch", f"{select.ENV}=torch")
+    fresh_choice.setenv(select.KERNELS_ENV, "torch")
+    assert select.backend() == ("torch", f"{select.KERNELS_ENV}=torch")
     select.backend.cache_clear()
-    fresh_choice.setenv(select.ENV, "cuda")
+    fresh_choice.setenv(select.KERNELS_ENV, "cuda")
     with pytest.raises(kernels.KernelChoiceError, match="use triton or torch"):
         select.backend()
     if not torch.cuda.is_available():
         select.backend.cache_clear()
-        fresh_choice.setenv(select.ENV, "triton")
+        fresh_choice.setenv(select.KERNELS_ENV, "triton")
         with pytest.raises(kernels.KernelChoiceError, match="NLP_BENCH_KERNELS=triton but"):
             select.backend()
 
@@ -71,9 +71,9 @@ def launch_settings(monkeypatch):
     """norm_settings' tables, restored after the test."""
     monkeypatch.setattr(norm_settings, "LAUNCH", dict(norm_settings.LAUNCH))
     monkeypatch.setattr(norm_settings, "LAUNCH_BY_WIDTH", {})
-    monkeypatch.delenv(norm_settings.ENV, raising=False)
+    monkeypatch.delenv(norm_settings.NORM_LAUNCH_ENV, raising=False)
     yield monkeypatch
-    monkeypatch.delenv(norm_settings.ENV, raising=False)
+    monkeypatch.delenv(norm_settings.NORM_LAUNCH_ENV, raising=False)
     select.configure()
 
 
@@ -107,13 +107,13 @@ def test_a_bad_norm_launch_override_says_which_item_and_changes_nothing(launch_s
 
 
 def test_the_environment_sets_the_norm_launch_and_the_log_says_so(launch_settings):
-    launch_settings.setenv(norm_settings.ENV, "12288:forward_chunk=2048")
+    launch_settings.setenv(norm_settings.NORM_LAUNCH_ENV, "12288:forward_chunk=2048")
     kernels.configure()
     assert norm_settings.settings(12288)["forward_chunk"] == 2048
     if select.backend()[0] == "triton":
-        assert f"{norm_settings.ENV}=12288:forward_chunk=2048" in kernels.describe()
-    launch_settings.setenv(norm_settings.ENV, "forward_chunk=100")
-    with pytest.raises(kernels.KernelChoiceError, match=f"{norm_settings.ENV}: 'forward_chunk=100'"):
+        assert f"{norm_settings.NORM_LAUNCH_ENV}=12288:forward_chunk=2048" in kernels.describe()
+    launch_settings.setenv(norm_settings.NORM_LAUNCH_ENV, "forward_chunk=100")
+    with pytest.raises(kernels.KernelChoiceError, match=f"{norm_settings.NORM_LAUNCH_ENV}: 'forward_chunk=100'"):
         kernels.configure()
 
 
@@ -159,14 +159,14 @@ def test_trainer_without_gpu_uses_torch_and_says_once():
 
 
 def test_a_bad_kernel_choice_stops_the_trainer_with_one_line():
-    proc = trainer(**{select.ENV: "fast"})
+    proc = trainer(**{select.KERNELS_ENV: "fast"})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"nlp_bench.train: error: {select.ENV}='fast' is not an implementation; use triton or torch"]
-    proc = trainer(**{norm_settings.ENV: "forward_rows=3"})
+        f"nlp_bench.train: error: {select.KERNELS_ENV}='fast' is not an implementation; use triton or torch"]
+    proc = trainer(**{norm_settings.NORM_LAUNCH_ENV: "forward_rows=3"})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"nlp_bench.train: error: {norm_settings.ENV}: 'forward_rows=3': forward_rows must be a power of two"]
+        f"nlp_bench.train: error: {norm_settings.NORM_LAUNCH_ENV}: 'forward_rows=3': forward_rows must be a power of two"]
 
 
 def test_unfused_attention_and_rmsnorm_train_like_the_fused_path():
@@ -189,11 +189,11 @@ def test_trainer_on_the_triton_kernels_matches_torch(model):
     runs = {}
     launch = "forward_chunk=16,backward_rows=2"  # launch settings from the environment reach the kernels
     for impl in ("torch", "triton"):
-        env = {select.ENV: impl, norm_settings.ENV: launch}
+        env = {select.KERNELS_ENV: impl, norm_settings.NORM_LAUNCH_ENV: launch}
         proc = trainer(*model, **env if torch.cuda.is_available() else {**env, "TRITON_INTERPRET": "1"})
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert f"cross_entropy={impl}" in proc.stdout
-        assert (f"{norm_settings.ENV}={launch}" in proc.stdout) == (impl == "triton")
+        assert (f"{norm_settings.NORM_LAUNCH_ENV}={launch}" in proc.stdout) == (impl == "triton")
         runs[impl] = [(r.loss, r.grad_norm) for r in parse_text(proc.stdout)]
     assert len(runs["torch"]) == 3
     for (loss_a, norm_a), (loss_b, norm_b) in zip(runs["torch"], runs["triton"], strict=False):

@@ -176,10 +176,10 @@ def test_the_registry_names_every_executor_and_what_it_can_do():
     import pytest
 
     from nlp_bench.errors import LaunchError
-    from nlp_bench.launch.executors import REGISTRY, get_executor
+    from nlp_bench.launch.executor import REGISTRY, get_executor
 
-    assert sorted(REGISTRY) == ["local", "slurm"]
     local, slurm = get_executor("local"), get_executor("slurm")
+    assert sorted(REGISTRY) == ["local", "slurm"]
     assert (local.queues, local.holds_jobs, slurm.queues, slurm.holds_jobs) == (False, False, True, True)
     with pytest.raises(LaunchError, match="unknown executor 'pbs'; known: local, slurm"):
         get_executor("pbs")

@@ -14,12 +14,12 @@ NOISE = st.text(st.sampled_from(list("0123456789.-+eE|:/[]()%=, \n\r\tabcinfnaN"
 
 
 def _check(text: str) -> None:
-    for fmt in (None, *parsers.FORMATS):
+    for fmt in (None, *parsers.LOG_FORMATS):
         try:
             parsed = parsers.parse(text, fmt)
         except parsers.ParseError:
             continue
-        assert parsed.records and parsed.format in parsers.FORMATS
+        assert parsed.records and parsed.format in parsers.LOG_FORMATS
         for seq in (None, 2048):
             views, summary = metrics.steady_summary(parsed.records, seq)
             assert len(views) == len(parsed.records) and summary["intervals"] == len(parsed.records)

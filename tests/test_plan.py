@@ -117,12 +117,11 @@ def test_pinned_axes_and_the_target_search(tmp_path):
     rows = json.loads(out.output)
     assert rows and {r["tp"] for r in rows} == {4} and {r["pp"] for r in rows} <= {8, 16}
     planning.calibrate_and_store(tmp_path, ["reference"])
-    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--target-seconds", "560",
+    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "target", "560", "--tag", "175",
                               "--system", "juwels-booster"])
     assert out.exit_code == 0, out.output
     assert "fewest nodes for time_to_report <= 560 s:" in out.output and "calibrated on this system's measured runs" in out.output
-    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", "--target-seconds", "560",
-                              "--json"])
+    out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "target", "560", "--tag", "175", "--json"])
     (best,) = json.loads(out.output)
     assert best["fits"] and best["time_to_report_s"] <= 560 and best["nodes"] <= 96
 
@@ -136,6 +135,21 @@ def test_bad_requests_are_one_line(tmp_path, argv, message):
     out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), *argv])
     assert out.exit_code == 2
     assert message in out.output and len(out.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("old,new,note", [
+    (["plan", "--validate", "--json"], ["plan", "validate", "--json"],
+     "bench: note: `bench plan --validate` is now spelled `bench plan validate`"),
+    (["plan", "--tag", "175", "--target-seconds", "560", "--json"], ["plan", "target", "560", "--tag", "175", "--json"],
+     "bench: note: `bench plan --target-seconds S` is now spelled `bench plan target S`"),
+])
+def test_the_old_spellings_of_the_plan_modes_still_work_and_say_the_new_one(tmp_path, old, new, note):
+    runner = CliRunner()
+    then = runner.invoke(cli, ["--results-dir", str(tmp_path), *old])
+    now = runner.invoke(cli, ["--results-dir", str(tmp_path), *new])
+    assert then.exit_code == now.exit_code == 0, then.output + now.output
+    assert then.stderr.strip() == note and now.stderr == ""
+    assert json.loads(then.stdout) == json.loads(now.stdout)
 
 
 def test_a_system_without_the_figures_is_refused_in_words():
@@ -215,7 +229,7 @@ def test_calibrated_on_a_small_local_sweep_it_predicts_a_held_out_point(tmp_path
     predicted = ranking.predict(planned.model, planned.system, planned.candidate, result.efficiency).tokens_per_s
     assert predicted == pytest.approx(measured_tokens, rel=0.25), (predicted, measured_tokens, result)
     # the command reports the fit and its error, and later plans on this system say they are calibrated
-    out = run_bench("plan", "--calibrate", run_id, cwd=tmp_path)
+    out = run_bench("plan", "calibrate", run_id, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "calibrated local:" in out.stdout and "largest error" in out.stdout
     plan = json.loads(run_bench("plan", "--tag", "smoke", "--json", cwd=tmp_path).stdout)

@@ -82,7 +82,7 @@ def test_every_fitted_efficiency_is_at_most_one_and_a_pinned_one_names_its_term(
 
 
 def test_validate_json_is_the_documented_contract(tmp_path):
-    out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--validate", "--json"])
+    out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "validate", "--json"])
     assert out.exit_code == 0, out.output
     found = json.loads(out.output[out.output.index("{"):])
     assert {"rows", "median_abs_error", "max_abs_error"} <= set(found)
@@ -90,7 +90,7 @@ def test_validate_json_is_the_documented_contract(tmp_path):
     assert found["max_abs_error"] == max(abs(r["error"]) for r in found["rows"])
     # kept: the second call reads the stored validation
     assert (tmp_path / "plan" / "corpus-validation.json").is_file()
-    text = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--validate"])
+    text = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "validate"])
     assert "median absolute error" in text.output and "korthikanti-1t-selective" in text.output
 
 

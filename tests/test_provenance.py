@@ -1,5 +1,5 @@
 """Numbers that say where they come from: the peak and formula behind an MFU (and no MFU where the device's
-peak is unknown), and `bench result compare --baseline` naming what changed between two runs."""
+peak is unknown), and `bench result compare baseline` naming what changed between two runs."""
 
 import json
 import shutil
@@ -35,11 +35,11 @@ STEADY = [40.0, 34.1, 33.9, 34.0, 34.2, 33.8, 34.0, 34.1]  # a warm-up interval,
 def test_baseline_comparison_names_the_one_environment_variable_that_changed(bench, results):
     base = _run(bench, results, STEADY, ENV)
     slower = _run(bench, results, [t * 1.10 for t in STEADY], {**ENV, "NCCL_ALGO": "Tree", "SLURM_JOB_ID": "2"})
-    out = bench("result", "compare", slower, "--baseline", base)
+    out = bench("result", "compare", "baseline", base, slower)
     assert out.exit_code == 0, out.output
     assert "slower" in out.output and "environment NCCL_ALGO: Ring -> Tree" in out.output, out.output
     assert "SLURM_JOB_ID" not in out.output and "CUDA_DEVICE_MAX_CONNECTIONS" not in out.output
-    found, = json.loads(bench("result", "compare", slower, "--baseline", base, "--format", "json").output)
+    found, = json.loads(bench("result", "compare", "baseline", base, slower, "--format", "json").output)
     assert found["ratio"] == pytest.approx(1 / 1.10, rel=1e-3) and found["ci95"][1] < 1
     assert found["differences"] == ["environment NCCL_ALGO: Ring -> Tree"]
 
@@ -47,9 +47,12 @@ def test_baseline_comparison_names_the_one_environment_variable_that_changed(ben
 def test_baseline_comparison_within_noise_lists_nothing(bench, results):
     base = _run(bench, results, STEADY, ENV)
     again = _run(bench, results, list(reversed(STEADY[1:])) + [34.0], {**ENV, "NCCL_ALGO": "Tree"})
-    found, = json.loads(bench("result", "compare", again, "--baseline", base, "--format", "json").output)
+    found, = json.loads(bench("result", "compare", "baseline", base, again, "--format", "json").output)
     assert found["verdict"] == "within noise" and found["ci95"][0] < 1 < found["ci95"][1]
     assert found["differences"] == []
+    before = bench("result", "compare", again, "--baseline", base, "--format", "json")  # the old spelling
+    assert before.stderr.startswith("bench: note: `bench result compare RUN --baseline RUN2` is now spelled")
+    assert json.loads(before.stdout) == [found]
 
 
 def test_mfu_names_its_formula_and_peak(bench, results):
@@ -156,14 +159,14 @@ def test_interval_log_prints_energy_that_the_analysis_turns_into_joules_per_toke
     from types import SimpleNamespace
 
     from nlp_bench.analysis import metrics, parsers
+    from nlp_bench.train.config import BoardConfig
     from nlp_bench.train.energy import EnergyMeter
     from nlp_bench.train.logline import IntervalLog
 
     nvml = FakeNVML(counter=True)
     groups = SimpleNamespace(rank=0, world=1, is_last_stage=True, dp_group=None)
-    args = SimpleNamespace(log_timers_to_tensorboard=False, log_batch_size_to_tensorboard=False,
-                           log_validation_ppl_to_tensorboard=False, tensorboard_dir=None, tensorboard_queue_size=1)
-    log = IntervalLog(groups, 8, 128, 1e12, args, energy=True, meter=EnergyMeter(nvml))
+    board = BoardConfig(folder=None, queue_size=1, timers=False, batch_size=False, validation_ppl=False)
+    log = IntervalLog(groups, 8, 128, 1e12, board, energy=True, meter=EnergyMeter(nvml))
     for iteration in (10, 20, 30):
         for _ in range(10):
             log.add([2.0], False)

@@ -367,7 +367,7 @@ def test_megatron_lm_stand_in_through_slurm_beside_the_builtin_trainer(slurm_clu
     grid.write_text("tag: smoke\nsystem: local-slurm\nmatrix:\n  trainer: [builtin, megatron-lm]\n")
     proc = run_bench("sweep", str(grid), "--wait", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = run_bench("result", "compare", "--trainers", "--format", "csv", cwd=tmp_path)
+    out = run_bench("result", "compare", "trainers", "--format", "csv", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     (pair,) = _csv_rows(out.stdout)
     assert float(pair["builtin/megatron-lm"]) == pytest.approx(

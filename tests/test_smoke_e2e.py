@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import run_bench
 
-from nlp_bench.analysis.results import COLUMNS
+from nlp_bench.analysis.results import RESULT_COLUMNS
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def test_export_csv_has_the_design_columns(smoke_run):
     assert out.returncode == 0, out.stderr
     with (cwd / "x.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == COLUMNS
+    assert list(rows[0]) == RESULT_COLUMNS
     assert rows[0]["state"] == "COMPLETED" and float(rows[0]["Tokens/sec"]) > 0
     assert (rows[0]["Nodes"], rows[0]["Tensor_Parallel"], rows[0]["Pipeline_Parallel"], rows[0]["DP"]) == ("1", "2", "1", "1")
     for fmt in ("json", "md"):

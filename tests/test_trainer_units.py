@@ -75,8 +75,6 @@ def test_rope_preserves_norm_and_relative_position():
 
 @pytest.mark.parametrize("extra,needle", [
     (["--data-path", "x"], "give either --mock-data or --data-path PREFIX"),
-    (["--bf16", "--fp16"], "exclude each other"),
-    (["--recompute-method", "uniform"], "go with --recompute-granularity full"),
     (["--train-samples", "10"], "exactly one of --train-iters and --train-samples"),
     (["--seq-length", "4096", "--max-position-embeddings", "2048"], "exceeds --max-position-embeddings"),
 ])
@@ -85,10 +83,35 @@ def test_refused_flags(extra, needle):
         parse_args(BASE + extra)
 
 
+@pytest.mark.parametrize("extra,needle", [
+    (["--bf16", "--fp16"], "exclude each other"),
+    (["--recompute-method", "uniform"], "go with --recompute-granularity full"),
+])
+def test_refused_flag_combinations(extra, needle):
+    from nlp_bench.train.config import build_config
+
+    with pytest.raises(UsageError, match=needle):
+        build_config(parse_args(BASE + extra), world=1)
+
+
 def test_recompute_activations_means_selective():
-    assert parse_args(BASE + ["--recompute-activations"]).recompute_granularity == "selective"
-    full = parse_args(BASE + ["--recompute-granularity", "full"])
-    assert (full.recompute_method, full.recompute_num_layers) == ("uniform", 1)
+    from nlp_bench.train.config import build_config
+
+    selective = build_config(parse_args(BASE + ["--recompute-activations"]), world=1)
+    assert selective.switches.recompute == selective.model.recompute == "selective"
+    full = build_config(parse_args(BASE + ["--recompute-granularity", "full"]), world=1).model
+    assert (full.recompute, full.recompute_method, full.recompute_num_layers) == ("full", "uniform", 1)
+
+
+def test_the_trainer_reads_its_flags_as_the_planner_and_the_sweep_do():
+    """The namespace under Megatron's names: a switch that turns a fused op off is true where given."""
+    from nlp_bench.spec.switches import decode
+    from nlp_bench.train.args import flag_values
+
+    found = flag_values(parse_args(BASE + ["--no-bias-gelu-fusion", "--bf16", "--sequence-parallel"]))
+    assert found["no-bias-gelu-fusion"] is True and found["no-cross-entropy-loss-fusion"] is False
+    on = decode(found)
+    assert (on.precision, on.sequence_parallel, on.unfused) == ("bf16", True, {"bias_gelu": "--no-bias-gelu-fusion"})
 
 
 @pytest.mark.parametrize("extra,rule", [
@@ -149,6 +172,7 @@ def test_fp32_gradients_accumulate_in_the_flat_buffer(tmp_path):
     """The optimizer's speed rests on autograd adding into views of one buffer; check it really does."""
     import torch.distributed as dist
 
+    from nlp_bench.train.grad_buffer import GradBuffer
     from nlp_bench.train.optimizer import FlatAdam
     from nlp_bench.train.process_groups import build_process_groups
 
@@ -156,9 +180,9 @@ def test_fp32_gradients_accumulate_in_the_flat_buffer(tmp_path):
     try:
         groups = build_process_groups(1, 1)
         model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
-        opt = FlatAdam(model, groups, lr_betas_eps=(0.9, 0.999, 1e-8), weight_decay=0.0, clip_grad=0.0,
-                       distributed=False, scaler=None)
-        buffer = (opt.main_grad.data_ptr(), opt.main_grad.data_ptr() + opt.main_grad.numel() * 4)
+        grads = GradBuffer(model, groups, shards=1)
+        opt = FlatAdam(grads, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, clip_grad=0.0, scaler=None)
+        buffer = (grads.main_grad.data_ptr(), grads.main_grad.data_ptr() + grads.main_grad.numel() * 4)
         for _ in range(2):  # two micro-batches accumulate
             model(torch.randn(5, 4)).square().sum().backward()
         for p in model.parameters():
@@ -178,7 +202,7 @@ def test_the_model_shape_has_one_list_of_names():
 
     from nlp_bench.spec.models import SHAPE
     from nlp_bench.sweep.grid import MODEL
-    from nlp_bench.train.model import GPTConfig
+    from nlp_bench.train.config import GPTConfig
 
     assert SHAPE == MODEL == ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
                               "max_position_embeddings")
@@ -232,7 +256,7 @@ def test_nccl_runs_keep_a_cpu_backend_for_the_scalar_collectives(monkeypatch):
     import torch
     import torch.distributed as dist
 
-    from nlp_bench.train import loop
+    from nlp_bench.train import trainer
 
     seen = {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -240,8 +264,8 @@ def test_nccl_runs_keep_a_cpu_backend_for_the_scalar_collectives(monkeypatch):
     monkeypatch.setattr(dist, "init_process_group", lambda backend: seen.setdefault("backend", backend))
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    device = loop.init_distributed("nccl")
+    device = trainer.init_distributed("nccl")
     assert device == torch.device("cuda", 1)
     assert set(seen["backend"].split(",")) == {"cpu:gloo", "cuda:nccl"}
     seen.clear()
-    assert loop.init_distributed("gloo") == torch.device("cpu") and seen["backend"] == "gloo"
+    assert trainer.init_distributed("gloo") == torch.device("cpu") and seen["backend"] == "gloo"

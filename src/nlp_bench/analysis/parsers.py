@@ -649,7 +649,7 @@ class _HfBertScan:
 
 _PARSERS = {"megatron": _MegatronScan, "nxdt": _NxdtScan, "hf-bert": _HfBertScan}
 #: the names `--format` accepts: the three parsers and the Megatron variants (which select the Megatron parser)
-FORMATS = ("megatron", "megatron-jupiter", "megatron-current", "megatron-deepspeed", "neuron-megatron",
+LOG_FORMATS = ("megatron", "megatron-jupiter", "megatron-current", "megatron-deepspeed", "neuron-megatron",
            "nlp-bench", "nxdt", "hf-bert")
 
 
@@ -665,8 +665,8 @@ def _parsers(fmt: str | None) -> list[str]:
     """The parsers to run for a format (all of them, in detection order, for None)."""
     if fmt is None:
         return list(_PARSERS)
-    if fmt not in FORMATS:
-        raise ParseError(f"unknown log format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if fmt not in LOG_FORMATS:
+        raise ParseError(f"unknown log format {fmt!r}; formats: {', '.join(LOG_FORMATS)}")
     return ["megatron" if fmt not in _PARSERS else fmt]
 
 

@@ -11,7 +11,7 @@ import csv
 from typing import Any
 
 from nlp_bench import flops
-from nlp_bench.analysis.results import COLUMNS
+from nlp_bench.analysis.results import RESULT_COLUMNS
 from nlp_bench.errors import ResultError
 from nlp_bench.paths import reference_dir
 from nlp_bench.spec.models import get_model, pad_vocab
@@ -44,7 +44,7 @@ def reference_rows(name: str = DEFAULT_REFERENCE) -> list[dict[str, Any]]:
             seconds = gbs * model.seq_length / tokens_per_s
             # the reference runs use selective recompute, which the JUPITER convention counts (k = 4)
             shape = model.flops_shape(gbs, pad_vocab(model.vocab_size, tp), recompute=True)
-            row = dict.fromkeys(COLUMNS)
+            row = dict.fromkeys(RESULT_COLUMNS)
             row.update({
                 "system": rec["system"], "version": "reference", "queue": system.partition,
                 "Model_Size": model.nominal_billions, "Nodes": nodes, "Batch_Size": gbs,

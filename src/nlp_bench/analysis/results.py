@@ -19,7 +19,7 @@ from nlp_bench.store.records import PointRecord, now_iso
 from nlp_bench.store.runs import Run
 
 #: The JUPITER JUBE result columns, then what users need beyond them.
-COLUMNS = [
+RESULT_COLUMNS = [
     "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
     "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
     "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "state", "failure_class", "run",
@@ -220,7 +220,7 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
 
 def missing_row(run_id: str, point_id: str, version: str | None) -> dict[str, Any]:
     """The row of a point run.json lists whose folder is gone: named, not forgotten."""
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
     row.update(version=version, state=states.MISSING, run=run_id, point=point_id)
     return row
 
@@ -271,27 +271,27 @@ _INTEGER = {"Nodes", "Batch_Size", "Pipeline_Parallel", "Tensor_Parallel", "Iter
 _FLOAT = {"Job_Time", "Model_Size", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds", "MFU",
           "Joules/token", "Report_kWh",
           "Predicted_Tokens/sec", "Predicted/Measured"}
-DTYPES = {c: "Int64" if c in _INTEGER else "Float64" if c in _FLOAT else "string" for c in COLUMNS}
+COLUMN_DTYPES = {c: "Int64" if c in _INTEGER else "Float64" if c in _FLOAT else "string" for c in RESULT_COLUMNS}
 
 
 def rows_frame(rows: list[dict[str, Any]]):
     """Rows as a pandas DataFrame with the columns in the published order and their dtypes."""
     import pandas as pd
 
-    return typed(pd.DataFrame(rows, columns=COLUMNS))
+    return typed(pd.DataFrame(rows, columns=RESULT_COLUMNS))
 
 
 def typed(frame):
     """A result frame with the published columns and dtypes (what an export is read back into)."""
     import pandas as pd
 
-    missing = [c for c in COLUMNS if c not in frame.columns]
+    missing = [c for c in RESULT_COLUMNS if c not in frame.columns]
     if missing:
         from nlp_bench.errors import ResultError
 
         raise ResultError(f"not a result table: columns {', '.join(missing)} are missing")
-    frame = frame[COLUMNS].copy()
-    for column, dtype in DTYPES.items():
+    frame = frame[RESULT_COLUMNS].copy()
+    for column, dtype in COLUMN_DTYPES.items():
         if dtype == "string":
             frame[column] = frame[column].map(lambda v: None if pd.isna(v) else str(v)).astype("string")
         else:

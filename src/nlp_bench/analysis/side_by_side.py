@@ -9,7 +9,7 @@ from nlp_bench.errors import ResultError
 from nlp_bench.store import states
 
 _SAME = ("model", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS")
-COLUMNS = ["model", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS", "builtin_Tokens/sec",
+TRAINER_COLUMNS = ["model", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS", "builtin_Tokens/sec",
            "megatron-lm_Tokens/sec", "builtin/megatron-lm"]
 
 

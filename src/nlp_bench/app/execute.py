@@ -7,19 +7,18 @@ import contextlib
 import heapq
 import re
 import shlex
-import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
-
 from nlp_bench.analysis import parsers
 from nlp_bench.analysis.results import Problems, run_rows
 from nlp_bench.errors import BenchError, PlanError, SpecError
-from nlp_bench.launch.executor import Executor, wait
-from nlp_bench.launch.executors import Refresher, get_executor
+from nlp_bench.launch.executor import Executor, get_executor, wait
+from nlp_bench.launch.refresher import Refresher
 from nlp_bench.launch.render import render_compile_script, render_jobscript
+from nlp_bench.report.console import progress_bar, say, warn
 from nlp_bench.report.table import render, terminal_width
 from nlp_bench.spec.benchmark import Point, load_benchmark
 from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
@@ -29,8 +28,6 @@ from nlp_bench.store.files import StoreError, naming
 from nlp_bench.store.names import COMPILE_SCRIPT, DROPPED_CSV, JOB_ERR, JOB_OUT, JOBSCRIPT, LOCAL_LOCK
 from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import Run, create_run, find_run
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True)
@@ -55,16 +52,6 @@ class LaunchOptions:
         return tuple(self.after.split(":")) if self.after else ()
 
 
-def say(text: str) -> None:
-    """What the user asked for goes to stdout, plainly, so scripts can read it; progress goes to stderr."""
-    print(text, flush=True)
-
-
-def warn(text: str) -> None:
-    """What went wrong, plainly on stderr (no markup: a log line's `[default0]` is text)."""
-    print(text, file=sys.stderr, flush=True)
-
-
 class LogFollower:
     """Reads new complete lines of a growing job.out and keeps the latest iteration record."""
 
@@ -86,24 +73,20 @@ class LogFollower:
 
 def _watch(executor, point_dir: Path) -> str:
     """Wait for the job with a progress bar fed by the trainer's own iteration lines."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     point = PointDir(point_dir).point()
     follower = LogFollower(point_dir / JOB_OUT)
     seq = point.seq_length
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[info]}"), console=console, transient=False) as bar:
-        task = bar.add_task(point.id, total=point.planned_iterations(), info="starting")
+    with progress_bar(point.id, point.planned_iterations(), info=True) as bar:
+        bar.update(info="starting")
 
         def on_poll(state: str) -> None:
             rec = follower.update()
             if rec is None:
-                bar.update(task, info=state.lower())
+                bar.update(info=state.lower())
                 return
             tps = rec.global_batch_size * seq / rec.iteration_time_s if rec.global_batch_size else 0.0
             loss = f", loss {rec.loss:.3f}" if rec.loss is not None else ""
-            bar.update(task, completed=rec.iteration, total=rec.total_iterations,
-                       info=f"{tps:,.0f} tokens/s{loss}")
+            bar.update(completed=rec.iteration, total=rec.total_iterations, info=f"{tps:,.0f} tokens/s{loss}")
 
         return wait(executor, point_dir, interval_s=0.5, on_poll=on_poll)
 
@@ -195,13 +178,13 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
     chosen = Selection(log, limit, top, keep_unfit, Predictor(results_dir))
     total = combinations(grid)
     try:
-        with _progress(total, f"expanding {grid_path}") as advance:
+        with progress_bar(f"expanding {grid_path}", total, threshold=200_000) as bar:
             for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules, trainer=trainer):
                 if isinstance(item, Dropped):
                     log.add(item.params, item.reason, item.rule)
                 else:
                     chosen.offer(item)
-                advance()
+                bar.advance()
         points = chosen.finish()
         if chosen.top is None and chosen.runnable > limit:
             raise SpecError(f"the grid {grid_path} has {chosen.runnable:,} runnable points ({total:,} combinations), "
@@ -239,27 +222,6 @@ def _show_dropped(run: Run, log: DroppedLog, verbose: bool) -> None:
         shown += 1
 
 
-@contextlib.contextmanager
-def _progress(total: int, what: str, threshold: int = 200_000):
-    """A progress bar on stderr for work large enough to take a while; yields the per-item callback."""
-    if total < threshold or not console.is_terminal:
-        yield lambda: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task(what, total=total)
-        count = 0
-
-        def advance() -> None:
-            nonlocal count
-            count += 1
-            if count % max(1, min(10_000, total // 100)) == 0:
-                bar.update(task, completed=count)
-
-        yield advance
-
-
 def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], dry_run: bool,
              options: LaunchOptions, predicted: dict[str, dict] | None = None, extra: dict | None = None,
              on_write: Callable[[Path], object] | None = None, on_run: Callable[[Run], None] | None = None) -> int:
@@ -279,14 +241,14 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
         """Everything a run holds, into the folder that becomes the run once it is complete."""
         if on_write is not None:
             on_write(folder)
-        with _progress(len(points), "writing point folders", threshold=500) as advance:
+        with progress_bar("writing point folders", len(points), threshold=500) as bar:
             for point in points:
                 written = PointDir(folder / point.id)
                 written.write_point(point.to_dict(), render_jobscript(point, options.hang_timeout_s),
                                     render_compile_script(point))
                 if point.id in predicted:
                     written.write_prediction(predicted[point.id])
-                advance()
+                bar.advance()
 
     run = create_run(results_dir, benchmark, tag, system.name, [p.id for p in points], write, **(extra or {}))
     if on_run is not None:
@@ -417,13 +379,7 @@ def _print_table(run: Run) -> None:
 
 def _wait_all(run: Run, executor: Executor, folders: list[Path]) -> int:
     """Block until every job has ended, with a progress bar; then print the result table."""
-    import time
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("[bold]waiting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[info]}"), console=console) as bar:
-        task = bar.add_task("jobs", total=len(folders), info="")
+    with progress_bar("waiting", len(folders), info=True) as bar:
         refresher = Refresher(executor)
         while True:
             refresher.prefetch(folders)
@@ -433,7 +389,7 @@ def _wait_all(run: Run, executor: Executor, folders: list[Path]) -> int:
             info = ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
             if executor.silence:
                 info += f"; Slurm did not answer ({executor.silence})"
-            bar.update(task, completed=done, info=info)
+            bar.update(completed=done, info=info)
             if done == len(folders):
                 break
             time.sleep(2.0)
@@ -474,49 +430,3 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptio
     executor.check_available()
     code = _launch(run, executor, [p.path for p, _ in todo], options, again=True)
     return code or (1 if problems else 0)
-
-
-def cancel_points(results_dir: Path, run_ref: str, names: tuple[str, ...] = ()) -> int:
-    """`bench cancel`: the points not submitted yet are marked cancelled first (a bench still going through
-    the run then leaves them instead of starting the next one meanwhile), then every job that may run is
-    cancelled. Returns how many cancels were not confirmed (a damaged point counts)."""
-    from nlp_bench.errors import ResultError, unknown
-
-    run = find_run(results_dir, run_ref)
-    folders = {p.id: p for p in run.points()}
-    for name in names:
-        if name not in folders:
-            raise ResultError(unknown(f"point of run {run.id}:", name, folders))
-    chosen = [folders[name] for name in names or folders]
-    executors = Refresher()
-    unconfirmed = 0
-    marked = set()
-    for point in chosen:
-        try:
-            if point.exists() and point.state().state == states.NOT_SUBMITTED \
-                    and point.cancel_unsubmitted(point.point().executor):
-                marked.add(point.id)
-                say(f"{point.id}: cancelled before it was submitted")
-        except BenchError as exc:
-            unconfirmed += 1
-            warn(f"{point.id}: cannot cancel: {exc}")
-    for point in chosen:
-        if point.id in marked:
-            continue
-        try:
-            attempt = point.attempt() if point.exists() else None
-            if attempt is None or attempt.state in states.SETTLED:
-                shown = attempt.state if attempt else states.NOT_SUBMITTED if point.exists() else states.MISSING
-                say(f"{point.id}: {shown}, nothing to cancel")
-                continue
-            outcome = executors.executor(attempt.executor).cancel(point.path)
-        except BenchError as exc:
-            unconfirmed += 1
-            warn(f"{point.id}: cannot cancel: {exc}")
-            continue
-        if outcome.confirmed:
-            say(f"{point.id}: cancelled ({outcome.detail})")
-        else:
-            unconfirmed += 1
-            warn(f"{point.id}: cancel NOT confirmed: {outcome.detail}")
-    return unconfirmed

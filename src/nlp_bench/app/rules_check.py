@@ -18,7 +18,7 @@ from nlp_bench.store.runs import find_run
 
 
 @dataclass(frozen=True)
-class Checked:
+class PointVerdict:
     point: str
     source: str  # where the arguments were read: train.args (what ran), the jobscript, or a fresh render
     verdict: Verdict
@@ -27,17 +27,17 @@ class Checked:
         return {"point": self.point, "source": self.source, **self.verdict.to_dict()}
 
 
-def check_tag(benchmark_name: str, tag: str | None, system: str | None, trainer: str | None) -> list[Checked]:
+def check_tag(benchmark_name: str, tag: str | None, system: str | None, trainer: str | None) -> list[PointVerdict]:
     point = load_benchmark(benchmark_name).point(tag, system, trainer=trainer)
     if not point.rules:
         raise SpecError(f"tag {point.tag} has no submission rules (a tag with `rules:` in {benchmark_name}, "
                         "such as 13 or 175, has)")
     text = render_jobscript(point)
     verdict = load_rules(point.rules).check(point.tag, jobscript_args(text, point.id), jobscript_nodes(text))
-    return [Checked(point.id, "rendered now", verdict)]
+    return [PointVerdict(point.id, "rendered now", verdict)]
 
 
-def check_run(results_dir: Path, run_ref: str | None) -> list[Checked]:
+def check_run(results_dir: Path, run_ref: str | None) -> list[PointVerdict]:
     """Every point of the run judged; a point whose folder is gone cannot be shown to follow the rules, so
     a run that lost one is not a submission."""
     run = find_run(results_dir, run_ref)
@@ -55,7 +55,7 @@ def check_run(results_dir: Path, run_ref: str | None) -> list[Checked]:
     for name in missing:
         gone = Deviation("the point's folder", "present", "missing (run.json lists it)",
                          "a submission holds every point of its run")
-        out.append(Checked(name, "nothing: its folder is gone", Verdict(out[0].verdict.rules if out else "?",
+        out.append(PointVerdict(name, "nothing: its folder is gone", Verdict(out[0].verdict.rules if out else "?",
                                                                            ", ".join(run.record().tags), [gone])))
     if not out:
         raise SpecError(f"run {run.id}: no point has submission rules (tag {', '.join(sorted(set(without)))}); "
@@ -63,7 +63,7 @@ def check_run(results_dir: Path, run_ref: str | None) -> list[Checked]:
     return out
 
 
-def check_point(folder: Path, point: dict[str, Any], rules: str) -> Checked:
+def check_point(folder: Path, point: dict[str, Any], rules: str) -> PointVerdict:
     script = folder / JOBSCRIPT
     text = script.read_text(errors="replace") if script.is_file() else ""
     ran = folder / TRAIN_ARGS_FILE
@@ -74,7 +74,7 @@ def check_point(folder: Path, point: dict[str, Any], rules: str) -> Checked:
     else:
         raise SpecError(f"{folder}: neither {TRAIN_ARGS_FILE} nor {JOBSCRIPT}: nothing to check")
     nodes = jobscript_nodes(text) or point["layout"]["nodes"]
-    return Checked(point["id"], source, load_rules(rules).check(point["tag"], argv, nodes))
+    return PointVerdict(point["id"], source, load_rules(rules).check(point["tag"], argv, nodes))
 
 
 def _tag_rules(point: dict[str, Any]) -> str | None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nlp_bench.analysis.results import Problems
+from nlp_bench.analysis.results import Problems, run_results, run_rows
 from nlp_bench.errors import BenchError
-from nlp_bench.launch.executors import Refresher
+from nlp_bench.launch.refresher import Refresher
+from nlp_bench.report.status import missing_status, point_status
+from nlp_bench.store import states
 from nlp_bench.store.files import naming
 from nlp_bench.store.runs import Run, find_run, list_runs
 
@@ -31,6 +33,26 @@ class View:
                 self.problems.add(naming(point.path, exc))
         return run
 
+    def status_rows(self, run: Run) -> list[dict]:
+        """Where every point of the run stands, its state asked of its executor first (`bench status`); a
+        point that cannot be read is named among the problems, one whose folder is gone shows as MISSING."""
+        self.refreshed(run)
+        rows = []
+        for point in run.points():
+            if not point.exists():
+                rows.append(missing_status(point.id))
+                continue
+            try:
+                rows.append(point_status(point.path))
+            except BenchError as exc:
+                self.problems.add(naming(point.path, exc))
+        return rows
+
+    @staticmethod
+    def all_ended(rows: list[dict]) -> bool:
+        """Nothing left to watch: every point ended, was never submitted, or is gone."""
+        return all(r["state"] in states.TERMINAL | {states.NOT_SUBMITTED, states.MISSING} for r in rows)
+
     def run(self, ref: str | None) -> Run:
         return self.refreshed(find_run(self.results_dir, ref))
 
@@ -42,6 +64,40 @@ class View:
         if not listing.runs:
             find_run(self.results_dir, None)  # says where it looked, and why nothing is there
         return [self.refreshed(run) for run in listing.runs]
+
+    def rows(self, run: Run) -> list[dict]:
+        """The run's result table rows; what cannot be read is among the problems."""
+        return run_rows(run, self.problems)
+
+    def table_rows(self, refs: tuple[str, ...], every: bool = False, reference: bool = False) -> list[dict]:
+        """The rows of `bench result table`: the runs named (default: the newest; `every`: all of them),
+        after the published reference rows where asked. A table with nothing to show says why."""
+        rows = []
+        if reference:
+            from nlp_bench.analysis.reference import reference_rows
+
+            rows = reference_rows()
+        if every:
+            runs = self.every_run()
+        else:
+            runs = [self.run(ref) for ref in refs or (None,)] if refs or not reference else []
+        for run in runs:
+            rows += self.rows(run)
+        if not rows and self.problems.lines:
+            raise BenchError(self.problems.lines[0])
+        return rows
+
+    def gathered(self, refs: tuple[str, ...]) -> tuple[list[str], list[dict], dict]:
+        """Run ids, table rows and analysed results (keyed by (run, point)) of the runs named (default: the
+        newest), for the figures and the report."""
+        ids, rows, results = [], [], {}
+        for ref in refs or (None,):
+            run = self.run(ref)
+            ids.append(run.id)
+            for row, result in run_results(run, self.problems):
+                rows.append(row)
+                results[(row["run"], row["point"])] = result
+        return ids, rows, results
 
     def warnings(self) -> list[str]:
         return [*self.refresher.silences, *dict.fromkeys(self.problems.lines)]

@@ -23,8 +23,8 @@ from nlp_bench.errors import BenchError
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
-DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
-CODES = {np.dtype(v): k for k, v in DTYPES.items()}
+DTYPE_OF_CODE = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
+CODE_OF_DTYPE = {np.dtype(v): k for k, v in DTYPE_OF_CODE.items()}
 _HEADER = struct.Struct("<9sQBQQ")
 
 
@@ -43,7 +43,7 @@ class IndexedDatasetWriter:
     def __init__(self, prefix: str | Path, dtype: type = np.uint16) -> None:
         self.prefix = Path(prefix)
         self.dtype = np.dtype(dtype)
-        if self.dtype not in CODES:
+        if self.dtype not in CODE_OF_DTYPE:
             raise DatasetError(f"unsupported token dtype {self.dtype}")
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
         self._bin = open(f"{self.prefix}.bin", "wb")
@@ -65,7 +65,7 @@ class IndexedDatasetWriter:
         if len(sizes) > 1:
             np.cumsum(sizes[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
         with open(f"{self.prefix}.idx", "wb") as fh:
-            fh.write(_HEADER.pack(MAGIC, VERSION, CODES[self.dtype], len(sizes), len(self.doc_index)))
+            fh.write(_HEADER.pack(MAGIC, VERSION, CODE_OF_DTYPE[self.dtype], len(sizes), len(self.doc_index)))
             fh.write(sizes.tobytes(order="C"))
             fh.write(pointers.tobytes(order="C"))
             fh.write(np.asarray(self.doc_index, dtype=np.int64).tobytes(order="C"))
@@ -97,13 +97,13 @@ class IndexedDataset:
             raise DatasetError(f"{idx_path} is not a Megatron indexed dataset index (magic {magic!r}, expected {MAGIC!r})")
         if version != VERSION:
             raise DatasetError(f"{idx_path}: index version {version} is not supported (only {VERSION})")
-        if code not in DTYPES:
+        if code not in DTYPE_OF_CODE:
             raise DatasetError(f"{idx_path}: unknown dtype code {code}")
         expected = _HEADER.size + count * 4 + count * 8 + docs * 8
         if len(raw) != expected:
             raise DatasetError(f"{idx_path} is truncated or corrupt: {len(raw)} bytes, expected {expected} for "
                                f"{count} sequences and {docs} document boundaries")
-        self.dtype = np.dtype(DTYPES[code])
+        self.dtype = np.dtype(DTYPE_OF_CODE[code])
         off = _HEADER.size
         self.sizes = np.frombuffer(raw, dtype=np.int32, count=count, offset=off)
         self.pointers = np.frombuffer(raw, dtype=np.int64, count=count, offset=off + count * 4)

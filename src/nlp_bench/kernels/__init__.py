@@ -65,7 +65,7 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, voc
         from nlp_bench.kernels import loss
 
         return loss.vocab_parallel_cross_entropy(logits, target, vocab_start, group, inplace_backward)
-    return eager.VocabParallelCrossEntropy.apply(logits, target, vocab_start, group)
+    return eager.EagerVocabParallelCrossEntropy.apply(logits, target, vocab_start, group)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 1024
+_BLOCK = 1024
 
 
 @triton.jit
@@ -57,8 +57,8 @@ def _swiglu_kernel(X, DY, OUT, width, stride_x, stride_dy, stride_out, BACKWARD:
 def _bias_gelu_launch(x: torch.Tensor, bias: torch.Tensor | None, dy: torch.Tensor | None) -> torch.Tensor:
     out = torch.empty_like(x)
     numel = x.numel()
-    _bias_gelu_kernel[(triton.cdiv(numel, BLOCK),)](x, bias, dy, out, numel, x.shape[-1], HAS_BIAS=bias is not None,
-                                                    BACKWARD=dy is not None, BLOCK=BLOCK, num_warps=4)
+    _bias_gelu_kernel[(triton.cdiv(numel, _BLOCK),)](x, bias, dy, out, numel, x.shape[-1], HAS_BIAS=bias is not None,
+                                                    BACKWARD=dy is not None, BLOCK=_BLOCK, num_warps=4)
     return out
 
 
@@ -80,7 +80,7 @@ class _BiasGelu(torch.autograd.Function):
 def _swiglu_launch(x2: torch.Tensor, dy2: torch.Tensor | None) -> torch.Tensor:
     rows, width = x2.shape[0], x2.shape[1] // 2
     out = torch.empty_like(x2) if dy2 is not None else torch.empty((rows, width), dtype=x2.dtype, device=x2.device)
-    block = min(BLOCK, max(16, 1 << (width - 1).bit_length()))
+    block = min(_BLOCK, max(16, 1 << (width - 1).bit_length()))
     _swiglu_kernel[(rows, triton.cdiv(width, block))](x2, dy2, out, width, x2.stride(0),
                                                       0 if dy2 is None else dy2.stride(0), out.stride(0),
                                                       BACKWARD=dy2 is not None, BLOCK=block, num_warps=4)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 2048
+_BLOCK = 2048
 
 
 @triton.jit
@@ -40,7 +40,7 @@ def adam_step(master: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, e
               out: torch.Tensor | None, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
               step: int, decoupled: bool) -> None:
     numel = master.numel()
-    _adam_kernel[(triton.cdiv(numel, BLOCK),)](
+    _adam_kernel[(triton.cdiv(numel, _BLOCK),)](
         master, grad, exp_avg, exp_avg_sq, out, numel, 1.0 - lr * weight_decay, beta1, beta2, eps, weight_decay,
         lr / (1.0 - beta1 ** step), math.sqrt(1.0 - beta2 ** step), DECOUPLED=decoupled, HAS_OUT=out is not None,
-        BLOCK=BLOCK, num_warps=4)
+        BLOCK=_BLOCK, num_warps=4)

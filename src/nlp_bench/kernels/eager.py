@@ -44,7 +44,7 @@ def all_reduce(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
     return t
 
 
-class VocabParallelCrossEntropy(torch.autograd.Function):
+class EagerVocabParallelCrossEntropy(torch.autograd.Function):
     """Per-token loss from vocab-split logits without gathering them: only [tokens]-sized reductions
     (max, target logit, sum of exponentials) cross the network. Keeps the fp32 softmax for the
     backward pass, which is the memory the Triton version saves."""

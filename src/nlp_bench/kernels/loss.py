@@ -17,7 +17,7 @@ import triton.language as tl
 
 from nlp_bench.kernels.eager import all_reduce
 
-BLOCK = 4096
+_BLOCK = 4096
 
 
 @triton.jit
@@ -55,7 +55,7 @@ def _grad_kernel(LOGITS, GRAD, TARGET, LSE, SCALE, stride_l, stride_g, width, vo
         tl.store(GRAD + row * stride_g + cols, (p * scale).to(GRAD.dtype.element_ty), mask=mask)
 
 
-class VocabParallelCrossEntropy(torch.autograd.Function):
+class TritonVocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, vocab_start, group, inplace_backward):
         shape, width = target.shape, logits.shape[-1]
@@ -66,7 +66,7 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         rows = logits2.shape[0]
         stats = torch.empty((3, rows), dtype=torch.float32, device=logits.device)
         row_max, sum_exp, target_logit = stats[0], stats[1], stats[2]
-        block = min(BLOCK, max(16, 1 << (width - 1).bit_length()))
+        block = min(_BLOCK, max(16, 1 << (width - 1).bit_length()))
         _stats_kernel[(rows,)](logits2, target1, row_max, sum_exp, target_logit, logits2.stride(0), width,
                                vocab_start, BLOCK=block, num_warps=8 if block >= 2048 else 4)
         if group is not None and dist.get_world_size(group) > 1:
@@ -92,4 +92,4 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, vocab_start: int = 0, group=None,
                                  inplace_backward: bool = False) -> torch.Tensor:
-    return VocabParallelCrossEntropy.apply(logits, target, vocab_start, group, inplace_backward)
+    return TritonVocabParallelCrossEntropy.apply(logits, target, vocab_start, group, inplace_backward)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-ENV = "NLP_BENCH_NORM_LAUNCH"
+NORM_LAUNCH_ENV = "NLP_BENCH_NORM_LAUNCH"
 
 #: warps per program (None: by block width), rows per tile and, for the persistent launches, programs per
 #: multiprocessor. fused_backward_max: the widest row whose backward is one kernel with the

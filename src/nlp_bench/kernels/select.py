@@ -19,7 +19,7 @@ from nlp_bench.kernels import norm_settings
 from nlp_bench.kernels.blocks import interpreting
 
 OPS = ("layer_norm", "rms_norm", "bias_gelu", "swiglu", "cross_entropy", "adam")
-ENV = "NLP_BENCH_KERNELS"
+KERNELS_ENV = "NLP_BENCH_KERNELS"
 
 _unfused: dict[str, str] = {}  # op -> the switch that turned its fusion off
 _persistent = [True]
@@ -50,16 +50,16 @@ def _triton_missing() -> str | None:
 @functools.cache
 def backend() -> tuple[str, str]:
     """("triton" | "torch", why)."""
-    forced = os.environ.get(ENV, "").strip().lower()
+    forced = os.environ.get(KERNELS_ENV, "").strip().lower()
     if forced not in ("", "triton", "torch"):
-        raise KernelChoiceError(f"{ENV}={forced!r} is not an implementation; use triton or torch")
+        raise KernelChoiceError(f"{KERNELS_ENV}={forced!r} is not an implementation; use triton or torch")
     if forced == "torch":
-        return "torch", f"{ENV}=torch"
+        return "torch", f"{KERNELS_ENV}=torch"
     missing = _triton_missing()
     if forced == "triton":
         if missing:
-            raise KernelChoiceError(f"{ENV}=triton but {missing}")
-        return "triton", f"{ENV}=triton" + (" under TRITON_INTERPRET=1" if interpreting() else "")
+            raise KernelChoiceError(f"{KERNELS_ENV}=triton but {missing}")
+        return "triton", f"{KERNELS_ENV}=triton" + (" under TRITON_INTERPRET=1" if interpreting() else "")
     if missing:
         return "torch", missing
     return "triton", "TRITON_INTERPRET=1" if interpreting() else "GPU with Triton"
@@ -72,11 +72,11 @@ def configure(unfused: dict[str, str] | Iterable[str] = (), persist_layer_norm: 
     unknown = set(unfused) - set(OPS)
     if unknown:
         raise KernelChoiceError(f"unknown fused op(s): {', '.join(sorted(unknown))}; ops: {', '.join(OPS)}")
-    launch = os.environ.get(norm_settings.ENV, "").strip()
+    launch = os.environ.get(norm_settings.NORM_LAUNCH_ENV, "").strip()
     try:
         norm_settings.override(launch)
     except ValueError as exc:
-        raise KernelChoiceError(f"{norm_settings.ENV}: {exc}") from None
+        raise KernelChoiceError(f"{norm_settings.NORM_LAUNCH_ENV}: {exc}") from None
     _norm_launch[:] = [launch] if launch else []
     _unfused.clear()
     _unfused.update(unfused if isinstance(unfused, dict) else {op: "configure()" for op in unfused})
@@ -104,5 +104,5 @@ def describe() -> str:
         if op in ("layer_norm", "rms_norm") and implementation(op) == "triton" and not _persistent[0]:
             note = " (--no-persist-layer-norm)"
         ops.append(f"{op}={implementation(op)}{note}")
-    launch = f"; {norm_settings.ENV}={_norm_launch[0]}" if _norm_launch and name == "triton" else ""
+    launch = f"; {norm_settings.NORM_LAUNCH_ENV}={_norm_launch[0]}" if _norm_launch and name == "triton" else ""
     return f"fused ops: {' '.join(ops)} [{name}: {why}{launch}]"

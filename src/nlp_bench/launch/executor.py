@@ -1,9 +1,13 @@
 """The executor interface: what every scheduler offers the layers above (submit a chain of scripts after
-other jobs, poll, cancel), and waiting on it. The implementations live in local.py and slurm.py; the
-registry that picks one by name is executors.py, so this module imports neither."""
+other jobs, poll, cancel), waiting on it, and the registry that finds one by the name a system profile
+gives (`executor:`). An executor is a class in a module of EXECUTOR_MODULES, marked @register_executor;
+the registry imports those modules only when a name is looked up, so this module imports none of them.
+Nothing above launch/ asks which scheduler it is; it asks the executor what it can do (Executor.queues,
+Executor.holds_jobs)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from nlp_bench.errors import LaunchError
 from nlp_bench.store import states
 from nlp_bench.store.names import JOBSCRIPT
 from nlp_bench.store.point_folder import PointDir
@@ -87,3 +92,22 @@ def wait(executor: Executor, point_dir: Path, interval_s: float = 1.0,
         if state in states.TERMINAL:
             return state
         time.sleep(interval_s)
+
+
+#: the modules that hold executors; each registers its class when imported
+EXECUTOR_MODULES = ("nlp_bench.launch.local", "nlp_bench.launch.slurm")
+REGISTRY: dict[str, type] = {}
+
+
+def register_executor(cls: type) -> type:
+    """Class decorator: the executor answers to its `name` in system profiles."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_executor(name: str) -> Executor:
+    for module in EXECUTOR_MODULES:
+        importlib.import_module(module)
+    if name not in REGISTRY:
+        raise LaunchError(f"unknown executor {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]()

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
-from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt
+from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt, register_executor
 from nlp_bench.launch.outcome import finish
 from nlp_bench.store import locks, protocol, states
 from nlp_bench.store.names import JOB_ERR, JOB_OUT, JOB_PID, JOBSCRIPT, OUTPUTS, SUBMITTED
@@ -96,6 +96,7 @@ def _uninterrupted():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@register_executor
 class LocalExecutor:
     """Runs one point at a time on this machine; a chain runs as one process, script after script."""
 

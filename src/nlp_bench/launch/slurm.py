@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from nlp_bench.errors import LaunchError
-from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt
+from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt, register_executor
 from nlp_bench.launch.outcome import finish
 from nlp_bench.store import protocol, states
 from nlp_bench.store.names import JOB_OUT, JOBSCRIPT, OUTPUTS
@@ -167,6 +167,7 @@ def _script_job_name(body: bytes) -> str | None:
     return found.group(1).decode(errors="replace").strip("'\"") if found else None
 
 
+@register_executor
 class SlurmExecutor:
     name = "slurm"
     queues = True

@@ -50,7 +50,7 @@ def fit_rows(rows: list[CorpusRow]) -> calibrate.Fit:
 
 
 @dataclass(frozen=True)
-class Checked:
+class HeldOutRow:
     """One row predicted by a fit on all the others."""
 
     id: str
@@ -78,7 +78,7 @@ class Trust:
     error_low: float  # leave-one-out error quantiles (predicted/measured - 1)
     error_high: float
     ranges: Ranges
-    checked: list[Checked]
+    checked: list[HeldOutRow]
 
     @property
     def median_abs_error(self) -> float:
@@ -93,14 +93,14 @@ class Trust:
         return tokens_per_s / (1 + self.error_high), tokens_per_s / (1 + self.error_low)
 
 
-def leave_one_out(rows: list[CorpusRow], progress: Callable[[int, int], None] | None = None) -> list[Checked]:
+def leave_one_out(rows: list[CorpusRow], progress: Callable[[int, int], None] | None = None) -> list[HeldOutRow]:
     out = []
     for i, row in enumerate(rows):
         if progress:
             progress(i, len(rows))
         held_out = fit_rows(rows[:i] + rows[i + 1:])
         c = row.candidate
-        out.append(Checked(row.id, row.source, row.planned.model.name, row.planned.system.name, c.nodes, c.tp, c.pp,
+        out.append(HeldOutRow(row.id, row.source, row.planned.model.name, row.planned.system.name, c.nodes, c.tp, c.pp,
                            c.dp, row.tokens_per_s, predict_row(row, held_out.efficiency)))
     return out
 
@@ -135,7 +135,7 @@ def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None 
     stored = _cached(cache)
     if stored.get("digest") == key:
         eff, pinned = timing.Efficiency(**stored["efficiency"]), stored["pinned"]
-        checked = [Checked(**c) for c in stored["checked"]]
+        checked = [HeldOutRow(**c) for c in stored["checked"]]
     else:
         whole = fit_rows(rows)
         eff, pinned = whole.efficiency, whole.pinned

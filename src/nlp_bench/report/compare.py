@@ -6,7 +6,7 @@ from typing import Any
 
 from nlp_bench.fsio import dumps
 
-COLUMNS = ["point", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS", "Tokens/sec",
+COMPARISON_COLUMNS = ["point", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS", "Tokens/sec",
            "time_to_report_in_seconds", "verdict", "reference", "ref_Tokens/sec", "ratio", "ratio_per_device"]
 _DIGITS = {"Tokens/sec": 2, "time_to_report_in_seconds": 2, "ref_Tokens/sec": 2, "ratio": 3, "ratio_per_device": 3,
            "builtin_Tokens/sec": 2, "megatron-lm_Tokens/sec": 2, "builtin/megatron-lm": 3}
@@ -18,7 +18,7 @@ def format_cell(column: str, value: Any) -> str:
     return f"{value:.{_DIGITS[column]}f}" if column in _DIGITS else str(value)
 
 
-def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] = COLUMNS) -> str:
+def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] = COMPARISON_COLUMNS) -> str:
     if fmt == "json":
         return dumps([{c: r[c] for c in columns} for r in rows]) + "\n"
     import pandas as pd

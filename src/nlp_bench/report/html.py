@@ -12,7 +12,7 @@ from typing import Any
 
 from nlp_bench import __version__, flops
 from nlp_bench.analysis.reference import compare
-from nlp_bench.analysis.results import COLUMNS
+from nlp_bench.analysis.results import RESULT_COLUMNS
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import write_text_atomic
 from nlp_bench.report import compare as comparison_table
@@ -88,9 +88,9 @@ def write_report(path: Path, title: str, rows: list[dict[str, Any]], results: di
     html = env.get_template("report.html.j2").render(
         title=title, headline=headline(rows, results), bases=_bases(results),
         mfu_formula=flops.FORMULAS[flops.MEGATRON_MODEL], generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
-        columns=COLUMNS, rows=[{c: format_cell(c, r.get(c)) for c in COLUMNS} for r in rows], text_columns=_TEXT,
-        comparison_columns=comparison_table.COLUMNS,
-        comparison=[{c: comparison_table.format_cell(c, r[c]) for c in comparison_table.COLUMNS} for r in comparison],
+        columns=RESULT_COLUMNS, rows=[{c: format_cell(c, r.get(c)) for c in RESULT_COLUMNS} for r in rows], text_columns=_TEXT,
+        comparison_columns=comparison_table.COMPARISON_COLUMNS,
+        comparison=[{c: comparison_table.format_cell(c, r[c]) for c in comparison_table.COMPARISON_COLUMNS} for r in comparison],
         reference_name=reference_name, figures=figures, steady=_steady_rows(results),
         provenance=[(f"{run} / {point}", json.dumps(result["provenance"], indent=2, sort_keys=True))
                     for (run, point), result in results.items() if result.get("provenance")],

@@ -20,7 +20,7 @@ from nlp_bench.analysis.reference import BASELINE_S
 from nlp_bench.errors import ResultError
 from nlp_bench.store import states
 
-FORMATS = ("png", "svg")
+FIGURE_FORMATS = ("png", "svg")
 
 
 def _completed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -49,7 +49,7 @@ def _save(fig, out_dir: Path, stem: str) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    for fmt in FORMATS:
+    for fmt in FIGURE_FORMATS:
         path = out_dir / f"{stem}.{fmt}"
         fig.savefig(path, dpi=120, bbox_inches="tight")
         paths.append(path)

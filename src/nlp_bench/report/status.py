@@ -10,7 +10,7 @@ from nlp_bench.store import states
 from nlp_bench.store.names import JOB_OUT
 from nlp_bench.store.point_folder import PointDir
 
-COLUMNS = ("point", "state", "job", "elapsed", "iteration", "tokens/s", "ETA", "failure")
+STATUS_COLUMNS = ("point", "state", "job", "elapsed", "iteration", "tokens/s", "ETA", "failure")
 
 
 def _clock(seconds: float | None) -> str:
@@ -63,17 +63,17 @@ def status_table(rows: list[dict[str, Any]], title: str, width: int | None = Non
 
     from nlp_bench.report.table import CELL_EXTRA, EDGE
 
-    whole = {c: max([len(c), *(len(str(row[c])) for row in rows)]) for c in COLUMNS}
+    whole = {c: max([len(c), *(len(str(row[c])) for row in rows)]) for c in STATUS_COLUMNS}
     kept, used = [], EDGE
     for column in _PRIORITY:
         need = (7 if column == "failure" else whole[column]) + CELL_EXTRA
         if width is None or used + need <= width:
             kept.append(column)
             used += need
-    left_out = [c for c in COLUMNS if c not in kept and (c != "failure" or any(row[c] for row in rows))]
+    left_out = [c for c in STATUS_COLUMNS if c not in kept and (c != "failure" or any(row[c] for row in rows))]
     table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold",
                   caption=f"left out for the width: {', '.join(left_out)}" if left_out else None)
-    shown = [c for c in COLUMNS if c in kept]
+    shown = [c for c in STATUS_COLUMNS if c in kept]
     for column in shown:
         if column == "failure":  # what the other columns leave, so that rich has nothing to squeeze
             room = whole[column] if width is None else max(7, width - (used - 7 - CELL_EXTRA) - CELL_EXTRA)

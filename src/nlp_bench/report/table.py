@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nlp_bench.analysis.results import COLUMNS, rows_frame
+from nlp_bench.analysis.results import RESULT_COLUMNS, rows_frame
 from nlp_bench.fsio import dumps, write_text_atomic
 
-FORMATS = ("pretty", "csv", "json", "md")
 #: Digits shown per column; the files keep full precision except where rounding is the published form.
 _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2, "MFU": 4, "Job_Time": 0,
            "Predicted_Tokens/sec": 2, "Predicted/Measured": 3, "Joules/token": 4, "Report_kWh": 2}
@@ -58,14 +57,14 @@ def resolve_columns(names: str) -> list[str]:
     """`--columns a,b,c` as result columns, in the order given (Tokens_sec may stand for Tokens/sec)."""
     from nlp_bench.errors import SpecError, unknown
 
-    by_identifier = {_identifier(c): c for c in COLUMNS}
+    by_identifier = {_identifier(c): c for c in RESULT_COLUMNS}
     chosen = []
     for name in (n.strip() for n in names.split(",")):
         if not name:
             continue
-        column = name if name in COLUMNS else by_identifier.get(_identifier(name))
+        column = name if name in RESULT_COLUMNS else by_identifier.get(_identifier(name))
         if column is None:
-            raise SpecError("--columns: " + unknown("column", name, COLUMNS))
+            raise SpecError("--columns: " + unknown("column", name, RESULT_COLUMNS))
         if column not in chosen:
             chosen.append(column)
     if not chosen:
@@ -98,7 +97,7 @@ def fit_columns(rows: list[dict[str, Any]], width: int | None) -> ColumnChoice:
         if width is None or used + need <= width or not kept:
             kept.append(column)
             used += need
-    return ColumnChoice([c for c in COLUMNS if c in kept], [c for c in COLUMNS if c not in kept])
+    return ColumnChoice([c for c in RESULT_COLUMNS if c in kept], [c for c in RESULT_COLUMNS if c not in kept])
 
 
 def pretty(rows: list[dict[str, Any]], columns: list[str], width: int | None = None) -> str:
@@ -127,12 +126,12 @@ def pretty(rows: list[dict[str, Any]], columns: list[str], width: int | None = N
 
 def render(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None, width: int | None = None,
            wide: bool = False) -> str:
-    """The rows in one of FORMATS, as text. The pretty table fits `width` (see fit_columns) unless `wide` or
+    """The rows in one of TABLE_FORMATS, as text. The pretty table fits `width` (see fit_columns) unless `wide` or
     `columns` say which to show, and ends with a line naming the columns it left out; csv, json and md keep
     every column unless `columns` picks some."""
     if fmt == "pretty":
         if columns is not None or wide:  # asked for: shown whole, however wide
-            choice, width = ColumnChoice(columns or list(COLUMNS), []), None
+            choice, width = ColumnChoice(columns or list(RESULT_COLUMNS), []), None
         else:
             choice = fit_columns(rows, width)
         text = pretty(rows, choice.shown, width)
@@ -166,7 +165,7 @@ def select(rows: list[dict[str, Any]], sort: str | None = None, where: str | Non
     from nlp_bench.errors import SpecError
     from nlp_bench.sweep.expr import EvaluationError, Expression
 
-    names = {_identifier(c): c for c in COLUMNS}
+    names = {_identifier(c): c for c in RESULT_COLUMNS}
     if where:
         expression = Expression(where, "--filter")
         unknown = expression.names - set(names)
@@ -183,8 +182,8 @@ def select(rows: list[dict[str, Any]], sort: str | None = None, where: str | Non
     if sort:
         column = sort.lstrip("-")
         column = names.get(_identifier(column), column)
-        if column not in COLUMNS:
-            raise SpecError(f"--sort: unknown column {column!r}; columns: {', '.join(COLUMNS)}")
+        if column not in RESULT_COLUMNS:
+            raise SpecError(f"--sort: unknown column {column!r}; columns: {', '.join(RESULT_COLUMNS)}")
         present = [r for r in rows if r.get(column) is not None]
         present.sort(key=lambda r: r[column], reverse=sort.startswith("-"))
         rows = present + [r for r in rows if r.get(column) is None]
@@ -196,7 +195,7 @@ SQL_TABLE = "results"
 
 
 def export(rows: list[dict[str, Any]], fmt: str, path: Path) -> None:
-    """Write the rows in one of EXPORTS; the file appears whole or not at all."""
+    """Write the rows in one of EXPORT_FORMATS but `submission`; the file appears whole or not at all."""
     path = Path(path)
     if fmt in ("csv", "json", "md"):
         write_text_atomic(path, render(rows, fmt))

@@ -224,8 +224,8 @@ def _parse(path: Path, _mtime_ns: int) -> Rules:
             if value is not None and value is not True and not isinstance(value, str):
                 raise SpecError(f"{path}: tag {tag!r}: {flag} must be a quoted string, true or null, got {value!r}")
         model = spec.get("model") or {}
-        if model.get("precision") not in PRECISIONS:
-            raise SpecError(f"{path}: tag {tag!r}: model.precision must be one of {', '.join(PRECISIONS)}")
+        if model.get("precision") not in PRECISION_FLAGS:
+            raise SpecError(f"{path}: tag {tag!r}: model.precision must be one of {', '.join(PRECISION_FLAGS)}")
         tags[str(tag)] = TagRules(dict(model), dict(spec.get("reference") or {}), dict(args),
                                   {k: str(v) for k, v in (spec.get("defaults") or {}).items()})
     if not tags:

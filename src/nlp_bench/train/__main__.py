@@ -2,6 +2,6 @@
 
 import sys
 
-from nlp_bench.train.loop import main
+from nlp_bench.train.trainer import main
 
 sys.exit(main())

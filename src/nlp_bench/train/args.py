@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 
 class UsageError(Exception):
@@ -25,8 +26,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m nlp_bench.train", description=__doc__, allow_abbrev=False)
-    a = p.add_argument
-    # model
+    for add in (_model_flags, _fusion_flags, _parallel_flags, _optimizer_flags, _data_flags, _run_flags):
+        add(p.add_argument)
+    return p
+
+
+def _model_flags(a) -> None:
     a("--num-layers", type=int, required=True)
     a("--hidden-size", type=int, required=True)
     a("--num-attention-heads", type=int, required=True)
@@ -41,7 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     a("--make-vocab-size-divisible-by", type=int, default=128)
     a("--use-flash-attn", action="store_true")
     a("--normalization", choices=("LayerNorm", "RMSNorm"), default="LayerNorm")
-    # fused ops (nlp_bench.kernels; NLP_BENCH_KERNELS=torch turns all of them off)
+    a("--swiglu", action="store_true")
+    a("--untie-embeddings-and-output-weights", action="store_true")
+    # activation recompute (spec.switches says what each combination means)
+    a("--recompute-activations", action="store_true")
+    a("--recompute-granularity", choices=("selective", "full"), default=None)
+    a("--recompute-method", choices=("uniform", "block"), default=None)
+    a("--recompute-num-layers", type=int, default=None)
+
+
+def _fusion_flags(a) -> None:
+    """Fused ops (nlp_bench.kernels; NLP_BENCH_KERNELS=torch turns all of them off)."""
     a("--no-bias-gelu-fusion", dest="bias_gelu_fusion", action="store_false")
     a("--no-bias-swiglu-fusion", dest="bias_swiglu_fusion", action="store_false")
     a("--no-masked-softmax-fusion", dest="masked_softmax_fusion", action="store_false",
@@ -52,9 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--no-cross-entropy-loss-fusion", dest="cross_entropy_loss_fusion", action="store_false")
     a("--no-gradient-accumulation-fusion", dest="gradient_accumulation_fusion", action="store_false",
       help="accepted: weight gradients always reach the fp32 buffer by a hook, which is this path")
-    a("--swiglu", action="store_true")
-    a("--untie-embeddings-and-output-weights", action="store_true")
-    # parallelism
+
+
+def _parallel_flags(a) -> None:
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--pipeline-model-parallel-size", type=int, default=1)
     a("--num-layers-per-virtual-pipeline-stage", type=int, default=None)
@@ -63,12 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     a("--ddp-bucket-size", type=int, default=None,
       help="elements per data-parallel gradient bucket (default max(40M, 1M x dp), as Megatron)")
     a("--distributed-backend", choices=("nccl", "gloo", "xla"), default="nccl")
-    # batch and length of training
     a("--micro-batch-size", type=int, required=True)
     a("--global-batch-size", type=int, default=None)
-    a("--train-iters", type=int, default=None)
-    a("--train-samples", type=int, default=None)
-    # optimiser and schedule
+
+
+def _optimizer_flags(a) -> None:
+    """The optimiser, the learning-rate schedule and the precision (the fp16 loss-scale knobs are accepted:
+    inert while fp16 is off, as in Megatron)."""
     a("--optimizer", choices=("adam",), default="adam")
     a("--lr", type=float, required=True)
     a("--min-lr", type=float, default=0.0)
@@ -83,18 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     a("--adam-beta2", type=float, default=0.999)
     a("--adam-eps", type=float, default=1e-8)
     a("--clip-grad", type=float, default=1.0)
-    # precision (the fp16 loss-scale knobs are accepted: inert while fp16 is off, as in Megatron)
     a("--bf16", action="store_true")
     a("--fp16", action="store_true")
     a("--initial-loss-scale", type=float, default=2.0 ** 32)
     a("--loss-scale-window", type=int, default=1000)
     a("--hysteresis", type=int, default=2)
     a("--min-loss-scale", type=float, default=1.0)
-    a("--recompute-activations", action="store_true")
-    a("--recompute-granularity", choices=("selective", "full"), default=None)
-    a("--recompute-method", choices=("uniform", "block"), default=None)
-    a("--recompute-num-layers", type=int, default=None)
-    # data
+
+
+def _data_flags(a) -> None:
     a("--mock-data", action="store_true")
     a("--data-path", nargs="*", default=None)
     a("--split", default="969,30,1")
@@ -102,7 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--vocab-file", default=None)
     a("--merge-file", default=None)
     a("--tokenizer-type", choices=("GPT2BPETokenizer", "NullTokenizer"), default="GPT2BPETokenizer")
-    # logging, checkpoints, reproducibility
+
+
+def _run_flags(a) -> None:
+    """Length of training, logging, checkpoints, profiling, reproducibility."""
+    a("--train-iters", type=int, default=None)
+    a("--train-samples", type=int, default=None)
     a("--log-interval", type=int, default=100)
     a("--eval-interval", type=int, default=1000, help="evaluate on the validation split every this many iterations")
     a("--eval-iters", type=int, default=100, help="global batches per evaluation (0: no evaluation)")
@@ -126,11 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
     a("--seed", type=int, default=1234)
     # test hook: make every gradient of this iteration infinite (exercises fp16 overflow handling)
     a("--inject-inf-grad-at-iteration", type=int, default=None, help=argparse.SUPPRESS)
-    return p
+
+
+def flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed flags under Megatron's names (without the dashes), as spec.switches reads them: a switch
+    that turns something off (--no-bias-gelu-fusion) is true where it was given."""
+    out = {}
+    for action in build_parser()._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(args, action.dest)
+        turns_off = action.nargs == 0 and action.const is False
+        out[action.option_strings[0].lstrip("-")] = (value is False) if turns_off else value
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parsed and checked flags with Megatron's derived defaults filled in."""
+    """Parsed flags with Megatron's derived defaults filled in, each checked on its own; what combinations
+    mean, and which of them cannot run, config.build_config says."""
     args = build_parser().parse_args(argv)
     if args.distributed_backend == "xla" and args.pipeline_model_parallel_size > 1:
         raise UsageError("pipeline parallelism is not available with --distributed-backend xla (as in the Neuron "
@@ -148,15 +179,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise UsageError("--profile-step-start must be at least 1 and below --profile-step-end")
     if args.tensorboard_queue_size < 1:
         raise UsageError("--tensorboard-queue-size must be at least 1")
-    if args.bf16 and args.fp16:
-        raise UsageError("--bf16 and --fp16 exclude each other")
-    if args.recompute_activations:  # Megatron: --recompute-activations means selective recompute
-        args.recompute_granularity = args.recompute_granularity or "selective"
-    if args.recompute_granularity == "full":
-        args.recompute_method = args.recompute_method or "uniform"
-        args.recompute_num_layers = args.recompute_num_layers or 1
-    elif args.recompute_method or args.recompute_num_layers:
-        raise UsageError("--recompute-method and --recompute-num-layers go with --recompute-granularity full")
     if args.ffn_hidden_size is None:
         args.ffn_hidden_size = 4 * args.hidden_size
     if args.max_position_embeddings is None:

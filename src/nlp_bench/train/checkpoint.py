@@ -15,8 +15,8 @@ them anew; tensor- and pipeline-parallel sizes must match.
 from __future__ import annotations
 
 import os
-from argparse import Namespace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,11 +27,6 @@ from nlp_bench.train.process_groups import ProcessGroups
 from nlp_bench.train.rng import ParallelRNG
 
 LATEST = "latest_checkpointed_iteration.txt"
-#: flags that must agree between the saving and the loading run
-SHAPE_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
-               "tensor_model_parallel_size", "pipeline_model_parallel_size", "swiglu",
-               "untie_embeddings_and_output_weights", "position_embedding_type",
-               "num_layers_per_virtual_pipeline_stage")
 
 
 def _rank_dir(root: Path, iteration: int, groups: ProcessGroups) -> Path:
@@ -44,13 +39,14 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save(root: str, iteration: int, step: int, args: Namespace, groups: ProcessGroups, stage: torch.nn.Module,
+def save(root: str, iteration: int, step: int, shape: dict[str, Any], groups: ProcessGroups, stage: torch.nn.Module,
          optimizer: FlatAdam, rng: ParallelRNG) -> Path:
+    """Write this rank's shards; `shape` holds the flags a loading run must agree on (config.CHECKPOINT_SHAPE)."""
     folder = _rank_dir(Path(root), iteration, groups)
     folder.mkdir(parents=True, exist_ok=True)
     if groups.dp_rank == 0:
         _atomic_save({
-            "iteration": iteration, "step": step, "shape": {k: getattr(args, k) for k in SHAPE_FLAGS},
+            "iteration": iteration, "step": step, "shape": shape,
             "dp": groups.dp, "distributed_optimizer": optimizer.shards > 1, "model": stage.state_dict(),
             "rng": {"cpu": torch.get_rng_state(), "tp_stream": rng._state.clone(),
                     "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None},
@@ -74,7 +70,7 @@ def latest(root: str) -> int | None:
         raise UsageError(f"{marker} does not hold an iteration number") from None
 
 
-def load(root: str, args: Namespace, groups: ProcessGroups, stage: torch.nn.Module, optimizer: FlatAdam,
+def load(root: str, shape: dict[str, Any], groups: ProcessGroups, stage: torch.nn.Module, optimizer: FlatAdam,
          rng: ParallelRNG) -> tuple[int, int]:
     """(iteration, schedule step) of the newest checkpoint under root, restored into the run."""
     iteration = latest(root)
@@ -86,8 +82,8 @@ def load(root: str, args: Namespace, groups: ProcessGroups, stage: torch.nn.Modu
         raise UsageError(f"checkpoint {folder.parent} has no shard for tp rank {groups.tp_rank}, pp rank {groups.pp_rank} "
                          f"(saved with another tensor/pipeline layout?)")
     saved = torch.load(path, map_location="cpu", weights_only=False)
-    mismatched = [f"--{k.replace('_', '-')} {saved['shape'][k]} (now {getattr(args, k)})"
-                  for k in SHAPE_FLAGS if saved["shape"].get(k) != getattr(args, k)]
+    mismatched = [f"--{k.replace('_', '-')} {saved['shape'].get(k)} (now {value})"
+                  for k, value in shape.items() if saved["shape"].get(k) != value]
     if mismatched:
         raise UsageError(f"checkpoint {folder.parent} was saved with " + ", ".join(mismatched))
     stage.load_state_dict(saved["model"])

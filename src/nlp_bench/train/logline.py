@@ -28,26 +28,25 @@ def iteration_line(*, iteration: int, total: int, consumed: int, seconds: float,
 class IntervalLog:
     """One log interval's bookkeeping: losses (averaged over dp, as Megatron reports them), skipped and
     NaN iterations, and wall time without evaluation or checkpoint saving. `emit` prints the line, and
-    writes the TensorBoard scalars, on the last rank. `args` carries Megatron's TensorBoard flags: the
-    directory, the writer's queue size and which optional scalars (timers, batch size, validation
-    perplexity) to write. `energy`: whether the ranks measure the GPUs' energy (the same on every rank, as
+    writes the TensorBoard scalars, on the last rank. `board` holds Megatron's TensorBoard switches
+    (config.BoardConfig): the folder, the writer's queue size and which optional scalars (timers, batch
+    size, validation perplexity) to write. `energy`: whether the ranks measure the GPUs' energy (the same on every rank, as
     it adds a collective); `meter`: this rank's EnergyMeter (one per node)."""
 
-    def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float, args,
+    def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float, board,
                  energy: bool = False, meter=None) -> None:
         import time
 
         self._clock = time.perf_counter
         self.groups, self.global_batch, self.seq_length = groups, global_batch, seq_length
         self.flops_per_iteration = flops_per_iteration
-        self.timers, self.batch_size = args.log_timers_to_tensorboard, args.log_batch_size_to_tensorboard
-        self.validation_ppl = args.log_validation_ppl_to_tensorboard
+        self.timers, self.batch_size, self.validation_ppl = board.timers, board.batch_size, board.validation_ppl
         self.energy, self.meter = energy, meter
         self.board = None
-        if args.tensorboard_dir and groups.rank == groups.world - 1:
+        if board.folder and groups.rank == groups.world - 1:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.board = SummaryWriter(log_dir=args.tensorboard_dir, max_queue=args.tensorboard_queue_size)
+            self.board = SummaryWriter(log_dir=board.folder, max_queue=board.queue_size)
         self._reset()
 
     def _reset(self) -> None:

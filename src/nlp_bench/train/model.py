@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,33 +16,9 @@ from torch import nn
 
 from nlp_bench import kernels
 from nlp_bench.train import collectives, layers
+from nlp_bench.train.config import GPTConfig
 from nlp_bench.train.layers import TensorParallel, mark
-from nlp_bench.train.rng import ParallelRNG, checkpoint
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    ffn_hidden_size: int
-    seq_length: int
-    max_position_embeddings: int
-    vocab_padded: int
-    position_embedding_type: str = "learned_absolute"
-    init_method_std: float = 0.02
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layernorm_epsilon: float = 1e-5
-    use_flash_attn: bool = False
-    masked_softmax_fusion: bool = True  # False: attention as explicit matmul, mask and softmax
-    normalization: str = "LayerNorm"  # or "RMSNorm"
-    swiglu: bool = False
-    untie_embeddings: bool = False
-    recompute_granularity: str | None = None  # None | "selective" | "full"
-    recompute_method: str = "uniform"
-    recompute_num_layers: int = 1
-    seed: int = 1234
+from nlp_bench.train.rng import ParallelRNG, recompute
 
 
 def rope_tables(seq: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,8 +90,8 @@ class Attention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         with self.rng.fork():  # a rank's own heads draw their own dropout masks
-            if self.cfg.recompute_granularity == "selective":
-                out = checkpoint(self._core, q, k, v, rng=self.rng)
+            if self.cfg.recompute == "selective":
+                out = recompute(self._core, q, k, v, rng=self.rng)
             else:
                 out = self._core(q, k, v)
         out = out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
@@ -219,14 +194,14 @@ class GPTStage(nn.Module):
         return x
 
     def _run_blocks(self, x: torch.Tensor, rope) -> torch.Tensor:
-        if self.cfg.recompute_granularity != "full":
+        if self.cfg.recompute != "full":
             for block in self.blocks:
                 x = block(x, rope)
             return x
         n = self.cfg.recompute_num_layers
         if self.cfg.recompute_method == "block":  # recompute the first n layers of the stage, keep the rest
             for i, block in enumerate(self.blocks):
-                x = checkpoint(block, x, rope, rng=self.rng) if i < n else block(x, rope)
+                x = recompute(block, x, rope, rng=self.rng) if i < n else block(x, rope)
             return x
         for start in range(0, len(self.blocks), n):  # uniform: checkpoint every group of n layers
             group = self.blocks[start:start + n]
@@ -236,7 +211,7 @@ class GPTStage(nn.Module):
                     y = block(y, r)
                 return y
 
-            x = checkpoint(run, x, rng=self.rng)
+            x = recompute(run, x, rng=self.rng)
         return x
 
     def forward(self, inputs: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:

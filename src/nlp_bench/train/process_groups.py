@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from nlp_bench.spec.layout import data_parallel_size
+
 
 @dataclass
 class ProcessGroups:
@@ -51,7 +53,7 @@ def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, dp: int) -> int:
 def build_process_groups(tp: int, pp: int) -> ProcessGroups:
     """Create all groups (every rank must create every group, in the same order) and keep its own."""
     world, rank = dist.get_world_size(), dist.get_rank()  # the trainer checked the layout (spec.layout)
-    dp = world // (tp * pp)
+    dp = data_parallel_size(world, tp, pp)
     tp_rank, rest = rank % tp, rank // tp
     dp_rank, pp_rank = rest % dp, rest // dp
     families = {

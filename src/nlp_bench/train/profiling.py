@@ -37,10 +37,10 @@ class StepProfiler:
     """Starts the profiler before iteration `start`, stops it after iteration `end - 1`, then writes the
     trace and the summary. Inactive (no cost) on ranks not profiled or without --profile."""
 
-    def __init__(self, args, rank: int, device_type: str, say) -> None:
-        self.active = bool(getattr(args, "profile", False)) and rank in (args.profile_ranks or [0])
-        self.start, self.end = args.profile_step_start, args.profile_step_end
-        self.folder = Path(args.tensorboard_dir or "profile")
+    def __init__(self, profile, rank: int, device_type: str, say) -> None:
+        self.active = profile.enabled and rank in profile.ranks
+        self.start, self.end = profile.start, profile.end
+        self.folder = Path(profile.folder)
         self.device_type, self.say, self.rank = device_type, say, rank
         self._profiler, self._t0 = None, 0.0
 

@@ -45,7 +45,7 @@ class ParallelRNG:
             self._set(saved)
 
 
-def checkpoint(fn, *args, rng: ParallelRNG):
+def recompute(fn, *args, rng: ParallelRNG):
     """Activation recompute of fn(*args): keep only the inputs, run fn again in the backward pass.
 
     torch restores the default generator for the recomputation; the tensor-parallel stream is restored

@@ -1,26 +1,14 @@
-"""The registry of executors: a system profile names one (`executor:`), and this picks its class. Nothing
-above launch/ asks which scheduler it is; it asks the executor what it can do (Executor.queues,
-Executor.holds_jobs)."""
+"""Bringing the recorded states of many points up to date with their schedulers."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
 
-from nlp_bench.errors import BenchError, LaunchError
-from nlp_bench.launch.executor import Executor
-from nlp_bench.launch.local import LocalExecutor
-from nlp_bench.launch.slurm import SlurmExecutor
+from nlp_bench.errors import BenchError
+from nlp_bench.launch.executor import Executor, get_executor
 from nlp_bench.store import states
 from nlp_bench.store.point_folder import PointDir
-
-REGISTRY: dict[str, type] = {cls.name: cls for cls in (LocalExecutor, SlurmExecutor)}
-
-
-def get_executor(name: str) -> Executor:
-    if name not in REGISTRY:
-        raise LaunchError(f"unknown executor {name!r}; known: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]()
 
 
 class Refresher:

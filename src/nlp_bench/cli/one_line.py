@@ -1,0 +1,74 @@
+"""How `bench` talks back when something is wrong: every user-caused error, ours or click's, is one line on
+stderr and exit code 2; an old spelling of a command still works and says, once, how it is spelled now."""
+
+from __future__ import annotations
+
+import click
+
+from nlp_bench.errors import BenchError
+
+
+class OneLineError(click.ClickException):
+    """What every user-caused error becomes: `bench: error: ...` on stderr, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"bench: error: {' '.join(self.format_message().split())}", err=True)
+
+
+def _one_line(exc: click.UsageError) -> click.ClickException:
+    """Click's usage errors print three lines (usage, hint, error); scripts and users want one.
+    A bare `bench` or `bench result` still shows its help."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        return exc
+    hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    return OneLineError(exc.format_message() + hint)
+
+
+def os_line(exc: OSError) -> str:
+    """An operating-system error as the user needs it: the path and the system's reason."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return reason
+    other = f" -> {exc.filename2}" if exc.filename2 else ""
+    return f"{exc.filename}{other}: {reason}"
+
+
+class BenchGroup(click.Group):
+    """Turns every user-caused error, ours or click's, into one line on stderr and exit code 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BenchError as exc:
+            raise OneLineError(str(exc)) from None
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+        except OSError as exc:  # a full disk, a read-only folder, a path that is not a folder: the user can act
+            raise OneLineError(os_line(exc)) from None
+
+
+class DefaultGroup(BenchGroup):
+    """A group of modes whose first word names one of its commands or, where it names none, is read by the
+    default command: `bench plan --tag 175` is `bench plan rank --tag 175`."""
+
+    def __init__(self, *args, default: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.default = default
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            args = [self.default, *args]
+        return super().parse_args(ctx, args)
+
+
+def renamed(old: str, new: str) -> None:
+    """An old spelling was used: it still works; say how it is spelled now."""
+    click.echo(f"bench: note: `{old}` is now spelled `{new}`", err=True)

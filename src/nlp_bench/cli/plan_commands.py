@@ -1,0 +1,143 @@
+"""`bench plan ...`: predict memory, tokens/s and time_to_report before spending node-hours (the default
+mode ranks layouts), find the fewest nodes for a target, calibrate on measured runs, validate on the
+published corpus."""
+
+from __future__ import annotations
+
+import click
+
+from nlp_bench.cli.one_line import DefaultGroup, renamed
+from nlp_bench.spec.switches import RECOMPUTE
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print the documented JSON instead of a table.")
+
+
+def space_options(command):
+    """The layouts to consider: the tag's, with axes pinned or widened."""
+    for option in reversed([
+        click.option("--tag", default=None, help="Benchmark tag to plan (default: the benchmark's, 175)."),
+        click.option("--system", default=None, help="System profile (default: the tag's)."),
+        click.option("--benchmark", "benchmark_name", default="nlp", show_default=True, help="Benchmark definition."),
+        click.option("--nodes", type=click.IntRange(min=1), multiple=True, help="Node count(s) (default: the tag's)."),
+        click.option("--tp", type=click.IntRange(min=1), multiple=True, help="Pin tensor-parallel size(s)."),
+        click.option("--pp", type=click.IntRange(min=1), multiple=True, help="Pin pipeline-parallel size(s)."),
+        click.option("--vp", type=click.IntRange(min=1), multiple=True, help="Pin model chunks per pipeline rank."),
+        click.option("--mbs", type=click.IntRange(min=1), multiple=True, help="Pin micro-batch size(s)."),
+        click.option("--gas", type=click.IntRange(min=1), multiple=True,
+                     help="Pin gradient-accumulation steps (the global batch then follows; by default it stays "
+                          "the tag's)."),
+        click.option("--recompute", type=click.Choice(RECOMPUTE), multiple=True,
+                     help="Recompute choices to consider (default: all three)."),
+        click.option("--global-batch-size", type=click.IntRange(min=1), default=None,
+                     help="Keep this global batch instead."),
+    ]):
+        command = option(command)
+    return command
+
+
+def _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size) -> dict:
+    space = {"nodes": nodes, "tp": tp or None, "pp": pp or None, "vp": vp or None, "mbs": mbs or None,
+             "gas": gas or None, "global_batch_size": global_batch_size}
+    if recompute:
+        space["recompute"] = recompute
+    return space
+
+
+@click.group("plan", cls=DefaultGroup, default="rank")
+def plan() -> None:
+    """Predict memory per device, tokens/s and time_to_report of layouts before running them."""
+
+
+@plan.command("rank")
+@space_options
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Layouts to show.")
+@_JSON
+@click.option("--target-seconds", type=click.FloatRange(min=0, min_open=True), default=None, hidden=True)
+@click.option("--calibrate", "calibrate_", is_flag=True, hidden=True)
+@click.option("--validate", "validate_", is_flag=True, hidden=True)
+@click.argument("runs", nargs=-1, metavar="", required=False)
+@click.pass_context
+def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas, recompute,
+              global_batch_size, top, as_json, target_seconds, calibrate_, validate_, runs) -> None:
+    """Every layout of the tag on the system, ranked by predicted tokens/s, then what was pruned and why
+    (the default mode: `bench plan --tag 175` is `bench plan rank --tag 175`)."""
+    from nlp_bench.app import planning
+    from nlp_bench.fsio import dumps
+    from nlp_bench.report.plan_text import render_plan
+
+    if validate_:
+        if runs or calibrate_ or target_seconds is not None:
+            raise click.UsageError("--validate takes no RUN, --calibrate or --target-seconds")
+        renamed("bench plan --validate", "bench plan validate")
+        ctx.invoke(plan_validate, as_json=as_json)
+        return
+    if runs and not calibrate_:
+        raise click.UsageError("RUN arguments go with --calibrate")
+    if calibrate_:
+        if not runs:
+            raise click.UsageError("--calibrate needs RUN ids or `reference`")
+        renamed("bench plan --calibrate RUN...", "bench plan calibrate RUN...")
+        ctx.invoke(plan_calibrate, runs=runs, benchmark_name=benchmark_name)
+        if tag is None and target_seconds is None and not nodes:
+            return
+    space = _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size)
+    if target_seconds is not None:
+        renamed("bench plan --target-seconds S", "bench plan target S")
+        _target(ctx, target_seconds, tag, system, benchmark_name, space, as_json)
+        return
+    good, pruned, calibrated, base = planning.plan(ctx.obj["results_dir"], benchmark_name, tag, system, space, top)
+    if as_json:
+        click.echo(dumps([{**p.to_dict(), "calibrated": calibrated} for p in good + pruned[:top]]))
+        return
+    click.echo(render_plan(good, pruned, calibrated, base, top), nl=False)
+
+
+def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, space: dict, as_json: bool) -> None:
+    from nlp_bench.app import planning
+    from nlp_bench.fsio import dumps
+    from nlp_bench.report.plan_text import render_target
+
+    best, calibrated, base = planning.target(ctx.obj["results_dir"], benchmark_name, tag, system, space, seconds)
+    if as_json:
+        click.echo(dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated}]))
+    else:
+        click.echo(render_target(best, seconds, calibrated, base), nl=False)
+
+
+@plan.command("target")
+@click.argument("seconds", type=click.FloatRange(min=0, min_open=True))
+@space_options
+@_JSON
+@click.pass_context
+def plan_target(ctx: click.Context, seconds: float, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas,
+                recompute, global_batch_size, as_json) -> None:
+    """The fewest nodes whose best layout reaches a time_to_report of SECONDS (e.g. 560, the 175B rule)."""
+    _target(ctx, seconds, tag, system, benchmark_name, _space(nodes, tp, pp, vp, mbs, gas, recompute,
+                                                              global_batch_size), as_json)
+
+
+@plan.command("calibrate")
+@click.argument("runs", metavar="RUN|reference...", nargs=-1, required=True)
+@click.option("--benchmark", "benchmark_name", default="nlp", show_default=True, help="Benchmark definition.")
+@click.pass_context
+def plan_calibrate(ctx: click.Context, runs: tuple[str, ...], benchmark_name: str) -> None:
+    """Fit the planner to measured RUNs (or `reference`, the published JUPITER rows) and keep the fit for
+    their systems: later plans there say they are calibrated."""
+    from nlp_bench.app import planning
+    from nlp_bench.report.plan_text import render_calibration
+
+    click.echo(render_calibration(planning.calibrate_and_store(ctx.obj["results_dir"], list(runs), benchmark_name)),
+               nl=False)
+
+
+@plan.command("validate")
+@_JSON
+@click.pass_context
+def plan_validate(ctx: click.Context, as_json: bool) -> None:
+    """Leave-one-out over the published corpus: each row predicted by a fit on all the others."""
+    from nlp_bench.app import planning
+    from nlp_bench.fsio import dumps
+    from nlp_bench.report.plan_text import render_validation
+
+    found = planning.validate(ctx.obj["results_dir"])
+    click.echo(dumps(found) if as_json else render_validation(found), nl=as_json)

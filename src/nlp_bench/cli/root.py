@@ -1,0 +1,35 @@
+"""The `bench` command: its root and the verbs each command module adds. Thin: the verbs parse options and
+call the app layer; heavy modules load when a verb runs, and nothing here imports torch (training runs in
+the jobscript's own processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nlp_bench import __version__
+from nlp_bench.cli.one_line import BenchGroup
+from nlp_bench.cli.plan_commands import plan
+from nlp_bench.cli.result_commands import parse, result
+from nlp_bench.cli.rules_commands import rules
+from nlp_bench.cli.run_commands import cancel, run, status, sweep
+from nlp_bench.cli.site_commands import data, doctor, system
+
+
+@click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nlp-bench")
+@click.option("--results-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NLP_BENCH_RESULTS",
+              default="results", show_default=True, help="Root of the run workspaces.")
+@click.pass_context
+def cli(ctx: click.Context, results_dir: Path) -> None:
+    """Benchmark Megatron-style GPT training on HPC clusters (the JUPITER NLP benchmark)."""
+    ctx.obj = {"results_dir": results_dir}
+
+
+for command in (run, sweep, status, cancel, result, parse, plan, rules, system, doctor, data):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli.main(prog_name="bench")

@@ -1,0 +1,214 @@
+"""The trainer's settings as one typed tree, built once from the parsed flags and the world size.
+
+Nothing past `build_config` reads the argparse namespace: the model, the layout, the optimizer, the data,
+the run control and the logging each get their own part of the tree. What the flags mean (precision,
+recompute, fusion switches, interleaving) comes from spec.switches, as it does for the sweep, the planner
+and the rules check; the layout's rules and dp come from spec.layout.
+"""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from dataclasses import dataclass
+from typing import Any
+
+from nlp_bench.errors import SpecError
+from nlp_bench.spec.layout import data_parallel_size, parallel_violations
+from nlp_bench.spec.models import SHAPE, pad_vocab
+from nlp_bench.spec.switches import Switches, decode
+from nlp_bench.train.args import UsageError, flag_values
+from nlp_bench.train.lr_schedule import LRSchedule, from_args
+
+#: flags that must agree between the run that saved a checkpoint and the run that loads it
+CHECKPOINT_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
+                    "vocab_size", "tensor_model_parallel_size", "pipeline_model_parallel_size", "swiglu",
+                    "untie_embeddings_and_output_weights", "position_embedding_type",
+                    "num_layers_per_virtual_pipeline_stage")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The model one pipeline stage builds its part of."""
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+    seq_length: int
+    max_position_embeddings: int
+    vocab_padded: int
+    position_embedding_type: str = "learned_absolute"
+    init_method_std: float = 0.02
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layernorm_epsilon: float = 1e-5
+    use_flash_attn: bool = False
+    masked_softmax_fusion: bool = True  # False: attention as explicit matmul, mask and softmax
+    normalization: str = "LayerNorm"  # or "RMSNorm"
+    swiglu: bool = False
+    untie_embeddings: bool = False
+    recompute: str = "none"  # activation recompute: none | selective | full
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
+    seed: int = 1234
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    world: int
+    tp: int
+    pp: int
+    dp: int
+    #: model chunks per pipeline rank (interleaved 1F1B when above 1) and the layers in each
+    chunks: int
+    layers_per_chunk: int
+    sequence_parallel: bool
+    distributed_optimizer: bool
+    backend: str
+    #: elements per data-parallel gradient bucket
+    bucket_size: int
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    micro_batch_size: int
+    global_batch_size: int
+    #: micro-batches per iteration on each data-parallel rank (gradient accumulation)
+    micro_batches: int
+    seq_length: int
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    clip_grad: float
+    #: fp16's dynamic loss scale (initial scale, window, hysteresis, minimum); None in bf16 and fp32
+    loss_scale: tuple[float, int, int, float] | None
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    mock: bool
+    path: str | None
+    split: str
+    vocab_size: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class RunControl:
+    """How long to train and when to evaluate, save and stop."""
+
+    iterations: int
+    #: the schedule counts samples (--train-samples) rather than iterations
+    in_samples: bool
+    log_interval: int
+    eval_interval: int
+    eval_iters: int
+    save: str | None
+    load: str | None
+    save_interval: int | None
+    exit_interval: int | None
+    exit_duration_in_mins: float | None
+    exit_signal_handler: bool
+    inject_inf_grad_at_iteration: int | None
+
+
+@dataclass(frozen=True)
+class BoardConfig:
+    """Megatron's TensorBoard switches."""
+
+    folder: str | None
+    queue_size: int
+    timers: bool
+    batch_size: bool
+    validation_ppl: bool
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    enabled: bool
+    ranks: tuple[int, ...]
+    start: int
+    end: int
+    folder: str
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: GPTConfig
+    switches: Switches
+    parallel: ParallelConfig
+    batch: BatchConfig
+    optimizer: OptimizerConfig
+    schedule: LRSchedule
+    data: DataConfig
+    control: RunControl
+    board: BoardConfig
+    profile: ProfileConfig
+    #: the values of CHECKPOINT_SHAPE, kept in and compared with a checkpoint
+    checkpoint_shape: dict[str, Any]
+
+
+def _layout(args: Namespace, on: Switches, world: int) -> tuple[ParallelConfig, BatchConfig]:
+    """The parallel sizes and the batch, or a UsageError naming the rule the layout breaks. Runs before any
+    process group exists, so a bad layout costs no rendezvous."""
+    tp, pp, mbs = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.micro_batch_size
+    dp = data_parallel_size(world, tp, pp) if world % (tp * pp) == 0 else 1
+    gbs = args.global_batch_size or mbs * dp
+    broken = parallel_violations(
+        world=world, tp=tp, pp=pp, num_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
+        ffn_hidden_size=args.ffn_hidden_size, hidden_size=args.hidden_size, seq_length=args.seq_length,
+        sequence_parallel=on.sequence_parallel, layers_per_chunk=on.layers_per_virtual_stage,
+        micro_batch_size=mbs, global_batch_size=gbs, devices="ranks")
+    if broken:
+        raise UsageError(broken[0].message)
+    chunks = on.model_chunks(args.num_layers, pp)
+    parallel = ParallelConfig(world, tp, pp, dp, chunks, args.num_layers // (pp * chunks), on.sequence_parallel,
+                              on.distributed_optimizer, args.distributed_backend,
+                              args.ddp_bucket_size or max(40_000_000, 1_000_000 * dp))
+    return parallel, BatchConfig(mbs, gbs, gbs // (mbs * dp), args.seq_length)
+
+
+def _model(args: Namespace, on: Switches, tp: int) -> GPTConfig:
+    return GPTConfig(
+        **{name: getattr(args, name) for name in SHAPE},
+        vocab_padded=pad_vocab(args.vocab_size, tp, args.make_vocab_size_divisible_by),
+        position_embedding_type=args.position_embedding_type, init_method_std=args.init_method_std,
+        hidden_dropout=args.hidden_dropout, attention_dropout=args.attention_dropout,
+        layernorm_epsilon=args.layernorm_epsilon, use_flash_attn=on.flash_attention,
+        masked_softmax_fusion=on.masked_softmax_fusion, normalization=args.normalization, swiglu=on.swiglu,
+        untie_embeddings=args.untie_embeddings_and_output_weights, recompute=on.recompute,
+        recompute_method=on.recompute_method or "uniform", recompute_num_layers=on.recompute_num_layers or 1,
+        seed=args.seed)
+
+
+def build_config(args: Namespace, world: int) -> TrainConfig:
+    """The whole tree, or a UsageError for a flag combination that cannot run."""
+    xla_bf16 = args.distributed_backend == "xla" and os.environ.get("XLA_USE_BF16") == "1"
+    try:
+        on = decode(flag_values(args), xla_use_bf16=xla_bf16)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    parallel, batch = _layout(args, on, world)
+    schedule, iterations, in_samples = from_args(args, batch.global_batch_size)
+    loss_scale = ((args.initial_loss_scale, args.loss_scale_window, args.hysteresis, args.min_loss_scale)
+                  if on.precision == "fp16" else None)
+    return TrainConfig(
+        model=_model(args, on, parallel.tp), switches=on, parallel=parallel, batch=batch,
+        optimizer=OptimizerConfig((args.adam_beta1, args.adam_beta2), args.adam_eps, args.weight_decay,
+                                  args.clip_grad, loss_scale),
+        schedule=schedule,
+        data=DataConfig(args.mock_data, args.data_path[0] if args.data_path else None, args.split, args.vocab_size,
+                        args.seed),
+        control=RunControl(iterations, in_samples, args.log_interval, args.eval_interval, args.eval_iters, args.save,
+                           args.load, args.save_interval, args.exit_interval, args.exit_duration_in_mins,
+                           args.exit_signal_handler, args.inject_inf_grad_at_iteration),
+        board=BoardConfig(args.tensorboard_dir, args.tensorboard_queue_size, args.log_timers_to_tensorboard,
+                          args.log_batch_size_to_tensorboard, args.log_validation_ppl_to_tensorboard),
+        profile=ProfileConfig(args.profile, tuple(args.profile_ranks or [0]), args.profile_step_start,
+                              args.profile_step_end, args.tensorboard_dir or "profile"),
+        checkpoint_shape={name: getattr(args, name) for name in CHECKPOINT_SHAPE})
