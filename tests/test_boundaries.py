@@ -2,6 +2,7 @@
 functions too): no layer imports one above it, and no set of modules imports itself round a circle."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,29 @@ def test_the_command_line_is_thin_modules_of_verbs():
     assert not (PKG / "cli.py").exists(), "the command line is the package nlp_bench.cli"
     sizes = {p.name: len(p.read_text().splitlines()) for p in (PKG / "cli").glob("*.py")}
     assert sizes and {name: n for name, n in sizes.items() if n > MAX_COMMAND_MODULE_LINES} == {}
+
+
+def readme_paths(text: str) -> list[str]:
+    """The files and folders the README names in backticks: `tests/x.py`, `plan/timing.py`, `store/`,
+    `views.py` (a bare module name stands for a module of the package)."""
+    return sorted({m for m in re.findall(r"`([\w./-]+(?:\.py|/))`", text) if not m.startswith(("http", "."))})
+
+
+#: names the README uses that are no paths of this repository
+_NOT_OURS = {"pretrain_gpt.py": "Megatron-LM's entry point", "submitted/": "a folder in each run's point"}
+
+
+def _exists(name: str) -> bool:
+    root = PKG.parent.parent
+    bases = (root, PKG, PKG.parent, root / "tests", root / "benchmark", root / "benchmark" / "perf", root / "slurm")
+    if name in _NOT_OURS or any((base / name).exists() for base in bases):
+        return True
+    return "/" not in name.rstrip("/") and any(PKG.rglob(name.rstrip("/")))
+
+
+def test_every_path_the_readme_names_exists():
+    text = (PKG.parent.parent / "README.md").read_text()
+    assert text.index("## The map") < text.index("## On a fresh machine"), "the README opens with the map"
+    names = readme_paths(text)
+    assert "train/trainer.py" in names or "trainer.py" in names
+    assert [name for name in names if not _exists(name)] == []

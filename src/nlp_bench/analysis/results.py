@@ -11,6 +11,7 @@ from nlp_bench import flops
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.errors import BenchError
 from nlp_bench.spec.switches import decode
+from nlp_bench.spec.trainers import BUILTIN
 from nlp_bench.store import states
 from nlp_bench.store.files import StoreError, naming
 from nlp_bench.store.names import JOB_OUT, JOBSCRIPT, PROVENANCE_ENV
@@ -121,7 +122,7 @@ def _energy(point: PointRecord, records: list, log_text: str, folder: PointDir) 
     accounting (start-up included, so higher); else nulls and why."""
     seq_length = point.seq_length
     note = _ENERGY_NOTE.search(log_text)
-    if point.trainer != "builtin":
+    if point.trainer != BUILTIN:
         why = f"{point.trainer}'s log has no energy figures"
     elif point.system_info.get("device") != "cuda":
         why = f"energy is measured on GPUs only (device {point.system_info.get('device')})"

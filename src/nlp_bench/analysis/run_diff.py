@@ -1,4 +1,4 @@
-"""`bench result compare RUN --baseline RUN2`: did throughput change between two runs of the same points,
+"""`bench result compare baseline RUN2 RUN`: did throughput change between two runs of the same points,
 beyond the noise of each, and what else changed with it?
 
 Per point both runs measured, the ratio of steady-state mean tokens/s (warm-up excluded) with a 95%

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlp_bench.errors import ResultError
+from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM
 from nlp_bench.store import states
 
 _SAME = ("model", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS")
@@ -19,13 +20,12 @@ def compare_trainers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     pairs: dict[tuple, dict[str, float]] = {}
     for row in rows:
         if row.get("state") == states.COMPLETED and row.get("Tokens/sec"):
-            pairs.setdefault(tuple(row[k] for k in _SAME), {})[row.get("trainer") or "builtin"] = row["Tokens/sec"]
+            pairs.setdefault(tuple(row[k] for k in _SAME), {})[row.get("trainer") or BUILTIN] = row["Tokens/sec"]
     out = []
     for key, by in pairs.items():
-        if {"builtin", "megatron-lm"} <= set(by):
-            out.append({**dict(zip(_SAME, key, strict=True)), "builtin_Tokens/sec": by["builtin"],
-                        "megatron-lm_Tokens/sec": by["megatron-lm"],
-                        "builtin/megatron-lm": by["builtin"] / by["megatron-lm"]})
+        if {BUILTIN, MEGATRON_LM} <= set(by):
+            out.append({**dict(zip(_SAME, key, strict=True)), "builtin_Tokens/sec": by[BUILTIN],
+                        "megatron-lm_Tokens/sec": by[MEGATRON_LM], "builtin/megatron-lm": by[BUILTIN] / by[MEGATRON_LM]})
     if not out:
         raise ResultError("no layout completed with both trainers; run a grid with the axis "
                           "`trainer: [builtin, megatron-lm]`")

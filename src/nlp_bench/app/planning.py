@@ -16,7 +16,7 @@ from nlp_bench.spec.benchmark import load_benchmark
 JSON_KEYS = ("nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "global_batch_size", "recompute",
              "distributed_optimizer", "sequence_parallel", "memory_gib", "fits", "tokens_per_s", "tokens_per_s_low",
              "tokens_per_s_high", "time_to_report_s", "extrapolated", "outside_corpus", "reason", "calibrated")
-#: The keys of `bench plan --validate --json` (README, "Planning").
+#: The keys of `bench plan validate --json` (README, "Planning").
 VALIDATE_KEYS = ("source", "model", "system", "nodes", "tp", "pp", "dp", "measured", "predicted", "error")
 
 
@@ -74,7 +74,7 @@ def target(results_dir: Path, benchmark: str, tag: str | None, system: str | Non
 
 
 def validate(results_dir: Path) -> dict:
-    """`bench plan --validate`: each corpus row predicted by a fit on all the others."""
+    """`bench plan validate`: each corpus row predicted by a fit on all the others."""
     basis = trust(results_dir)
     rows = [{"id": c.id, "source": c.source, "model": c.model, "system": c.system, "nodes": c.nodes, "tp": c.tp,
              "pp": c.pp, "dp": c.dp, "measured": round(c.measured, 1), "predicted": round(c.predicted, 1),

@@ -16,6 +16,7 @@ from nlp_bench.analysis.results import run_results
 from nlp_bench.errors import ResultError, SpecError
 from nlp_bench.fsio import read_json, write_json_atomic
 from nlp_bench.report.table import export, read_export
+from nlp_bench.spec.trainers import BUILTIN
 from nlp_bench.store.names import PROVENANCE_ENV
 from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import Run
@@ -73,7 +74,7 @@ def _software(folder: Path, point: dict[str, Any]) -> dict[str, Any]:
     result = PointDir(folder).result() or {}
     found = result.get("provenance") or {}
     environment = found.get("environment") or {}
-    return {"point": point["id"], "trainer": point.get("trainer", "builtin"), "torch": found.get("torch"),
+    return {"point": point["id"], "trainer": point.get("trainer", BUILTIN), "torch": found.get("torch"),
             "cuda": found.get("cuda"), "nccl": found.get("nccl"),
             "megatron_lm_commit": _env_file(folder).get("MEGATRON_LM_COMMIT") or environment.get("MEGATRON_LM_COMMIT"),
             "nodelist": found.get("nodelist"), "jobscript_sha256": found.get("jobscript_sha256")}

@@ -8,7 +8,7 @@ time model it cannot explain (the rows were faster than that term allows). A GEM
 bound says the rows gave no evidence that narrower GEMMs run slower.
 
 The corpus fit (plan.validation) fits all four constants on published measurements; a system's own
-calibration (`bench plan --calibrate`) starts from it and refits as many efficiencies as its runs can
+calibration (`bench plan calibrate`) starts from it and refits as many efficiencies as its runs can
 pin (`system_free`): a few runs of one benchmark cannot pin four constants.
 """
 

@@ -34,7 +34,7 @@ def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] =
 
 
 def render_changes(changes: list, fmt: str) -> str:
-    """`compare --baseline`: the ratio per point with its interval, and under each change beyond the noise
+    """`compare baseline`: the ratio per point with its interval, and under each change beyond the noise
     what differs in its provenance."""
     if fmt == "json":
         return dumps([c.to_dict() for c in changes]) + "\n"

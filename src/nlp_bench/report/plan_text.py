@@ -21,7 +21,7 @@ def _row(p) -> list:
 
 def _legend(shown: list) -> str:
     out = ("interval: where the measured tokens/s lies if the planner errs as it did on its published corpus "
-           "(5th-95th percentile of the leave-one-out errors, `bench plan --validate`)\n")
+           "(5th-95th percentile of the leave-one-out errors, `bench plan validate`)\n")
     far = next((p for p in shown if p.extrapolated), None)
     if far is not None:
         out += f"EXTRAPOLATED: outside the corpus ({'; '.join(far.outside)}): trust the interval less\n"
@@ -29,8 +29,8 @@ def _legend(shown: list) -> str:
 
 
 def _basis(calibrated: bool, base) -> str:
-    how = ("calibrated on this system's measured runs (bench plan --calibrate)" if calibrated else
-           "from the fit on the published corpus (not calibrated on this system; see --calibrate)")
+    how = ("calibrated on this system's measured runs (bench plan calibrate)" if calibrated else
+           "from the fit on the published corpus (not calibrated on this system; see `bench plan calibrate`)")
     memory = (f"{base.system.device_memory_gib:g} GiB each" if base.system.device_memory_gib is not None
               else "device memory not in the profile")
     return (f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
@@ -85,7 +85,7 @@ def render_calibration(fits: dict) -> str:
 
 
 def render_validation(found: dict) -> str:
-    """`bench plan --validate`: each row, then the median and largest absolute error."""
+    """`bench plan validate`: each row, then the median and largest absolute error."""
     rows = [[r["id"], r["model"], r["system"], r["nodes"], r["tp"], r["pp"], r["dp"], f"{r['measured']:,.0f}",
              f"{r['predicted']:,.0f}", f"{100 * r['error']:+.1f}%"] for r in found["rows"]]
     out = ["leave-one-out over the planner's corpus (results/reference/planner-corpus.yaml): each row predicted "

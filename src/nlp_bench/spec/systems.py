@@ -10,7 +10,7 @@ from typing import Any
 
 from nlp_bench.errors import SpecError, unknown
 from nlp_bench.paths import slurm_dir
-from nlp_bench.spec.trainers import check_trainer
+from nlp_bench.spec.trainers import BUILTIN, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _KEYS = {
@@ -60,7 +60,7 @@ class System:
     master_port: int = 6000
     data_dir: str = ""
     # the trainer points run by default here, and what Megatron-LM needs when it is the trainer
-    trainer: str = "builtin"
+    trainer: str = BUILTIN
     megatron_lm_repo: str = ""  # the checkout holding pretrain_gpt.py; $MEGATRON_LM_REPO overrides it
     megatron_lm_env: dict[str, Any] = field(default_factory=dict)  # added to env for Megatron-LM points
     megatron_lm_train: dict[str, Any] = field(default_factory=dict)  # flags added for Megatron-LM (e.g. transformer-impl)
@@ -109,7 +109,7 @@ def _check_site_values(data: dict[str, Any], path: Path) -> None:
     for key in data.get("megatron_lm_train") or {}:
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(key)):
             raise SpecError(f"{path}: megatron_lm_train: {key!r} is not a Megatron flag name")
-    check_trainer(data.get("trainer", "builtin"), str(path))
+    check_trainer(data.get("trainer", BUILTIN), str(path))
     for key in ("master_port", "compile_iters"):
         if not isinstance(data.get(key, 1), int) or isinstance(data.get(key), bool) or data.get(key, 1) < 1:
             raise SpecError(f"{path}: {key} must be a positive number")
