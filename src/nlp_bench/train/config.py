@@ -158,7 +158,7 @@ def _layout(args: Namespace, on: Switches, world: int) -> tuple[ParallelConfig, 
     process group exists, so a bad layout costs no rendezvous."""
     tp, pp, mbs = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.micro_batch_size
     dp = data_parallel_size(world, tp, pp) if world % (tp * pp) == 0 else 1
-    gbs = args.global_batch_size or mbs * dp
+    gbs = mbs * dp if args.global_batch_size is None else args.global_batch_size
     broken = parallel_violations(
         world=world, tp=tp, pp=pp, num_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
         ffn_hidden_size=args.ffn_hidden_size, hidden_size=args.hidden_size, seq_length=args.seq_length,
