@@ -93,6 +93,8 @@ def test_export_csv_has_the_design_columns(smoke_run):
 def test_interrupted_run_cancels_its_job_and_keeps_what_it_measured(tmp_path, site):
     """Ctrl-C once the first iteration line is in: the training is made long enough that it cannot finish
     first, however fast or slow the machine."""
+    import contextlib
+    import os
     import signal
     import subprocess
     import sys
@@ -103,19 +105,27 @@ def test_interrupted_run_cancels_its_job_and_keeps_what_it_measured(tmp_path, si
 
     nlp = site / "benchmark" / "nlp.yaml"
     nlp.write_text(nlp.read_text().replace("      train-iters: 40\n", "      train-iters: 1000000\n", 1))
+    # Ctrl-C as a terminal delivers it, even where this test runs with SIGINT ignored (a shell's background job)
     proc = subprocess.Popen([str(Path(sys.executable).parent / "bench"), "run", "--tag", "smoke"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    log = None
-    while time.monotonic() < deadline and proc.poll() is None:  # wait for an iteration line, then press Ctrl-C
-        logs = list(tmp_path.glob("results/nlp/*/*/job.out"))
-        if logs and " iteration " in logs[0].read_text():
-            log = logs[0]
-            break
-        time.sleep(0.2)
-    assert log is not None, f"the smoke run never logged an iteration: {proc.communicate()}"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 300
+        log = None
+        while time.monotonic() < deadline and proc.poll() is None:  # wait for an iteration line, then press Ctrl-C
+            logs = list(tmp_path.glob("results/nlp/*/*/job.out"))
+            if logs and " iteration " in logs[0].read_text():
+                log = logs[0]
+                break
+            time.sleep(0.2)
+        assert log is not None, f"the smoke run never logged an iteration: {proc.communicate()}"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:  # a failed test leaves no training behind to load the machine (the job is a session of its own)
+        proc.kill()
+        for folder in tmp_path.glob("results/nlp/*/*/"):
+            with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+                os.killpg(int((folder / "submitted" / "job.pid").read_text().split()[0]), signal.SIGKILL)
     assert proc.returncode == 130 and "job cancelled" in err
     assert job(log.parent).state == "CANCELLED"
     pid = int(job(log.parent).job_id)
