@@ -291,3 +291,12 @@ def test_status_fits_the_terminal_one_line_per_point(bench, results, tmp_path, m
     assert len(rows) == 8 and sum("COMPLETED" in r for r in rows) == 7 and sum("FAILED" in r for r in rows) == 1
     if width < 120:
         assert "left out for the width:" in out
+
+
+def test_the_reference_rows_come_beside_the_newest_run_not_instead_of_it(bench, results):
+    """`bench result table --reference` without a RUN showed the two reference rows alone."""
+    alone = json.loads(bench("result", "table", "--reference", "--format", "json").output)
+    assert {r["state"] for r in alone} == {"REFERENCE"}  # no run yet: the reference rows are all there is
+    assert bench("run", "--tag", "13", "--dry-run").exit_code == 0
+    rows = json.loads(bench("result", "table", "--reference", "--format", "json").output)
+    assert {r["state"] for r in rows} == {"REFERENCE", "NOT_SUBMITTED"} and len(rows) == len(alone) + 1

@@ -129,16 +129,19 @@ def test_hf_bert_gives_sequences_per_second():
 def test_steady_summary_excludes_warmup_and_reports_spread():
     records = parsers.parse_file(SEED003)
     views, summary = metrics.steady_summary(records, seq_length=2048)
-    steady = [96 * 2048 / t for t in (5.3551, 5.6192, 5.3291, 5.3247)]
+    times = (5.3551, 5.6192, 5.3291, 5.3247)
+    steady = [96 * 2048 / t for t in times]
     assert summary["warmup_excluded"] == 1 and summary["iterations"] == 50
-    assert summary["tokens_per_s"]["mean"] == pytest.approx(statistics.fmean(steady))
+    # JUBE's formula over the steady intervals: one batch over their mean time
+    assert summary["tokens_per_s"]["mean"] == pytest.approx(96 * 2048 / statistics.fmean(times))
     assert summary["tokens_per_s"]["median"] == pytest.approx(statistics.median(steady))
     assert summary["tokens_per_s"]["std"] == pytest.approx(statistics.stdev(steady))
-    half = 3.182 * statistics.stdev(steady) / 2  # t(0.975, 3 df) * s / sqrt(4)
-    assert summary["tokens_per_s"]["ci95"] == pytest.approx([statistics.fmean(steady) - half, statistics.fmean(steady) + half])
-    mean_time = statistics.fmean([7.2310, 5.3551, 5.6192, 5.3291, 5.3247])
+    half = 3.182 * statistics.stdev(times) / 2  # t(0.975, 3 df) * s / sqrt(4), on the times
+    low, high = 96 * 2048 / (statistics.fmean(times) + half), 96 * 2048 / (statistics.fmean(times) - half)
+    assert summary["tokens_per_s"]["ci95"] == pytest.approx([low, high])
+    mean_time = statistics.fmean([7.2310, *times])
     assert summary["tokens_per_s_all_intervals"] == pytest.approx(96 * 2048 / mean_time)  # as the JUBE table
-    assert summary["time_to_report_s"] == pytest.approx(20e6 / statistics.fmean(steady))
+    assert summary["time_to_report_s"] == pytest.approx(20e6 * statistics.fmean(times) / (96 * 2048))
     assert views[0] == {"iteration": 10, "iteration_time_s": 7.231, "global_batch_size": 96, "seq_length": 2048,
                         "tokens_per_s": pytest.approx(96 * 2048 / 7.231), "samples_per_s": 13.276,
                         "tflops_per_gpu": 101.54, "loss": pytest.approx(10.10967)}

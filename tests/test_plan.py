@@ -251,7 +251,7 @@ def test_sweep_keeps_what_the_planner_would_drop_when_told(tmp_path):
 def test_trainium_profiles_are_planned_without_pipeline_parallelism(tmp_path):
     runner = CliRunner()
     out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--system", "trn1", "--tag", "175", "--json"])
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 1, out.output  # nothing fits: said, and not a success
     rows = json.loads(out.output)
     # 175B without pipeline parallelism does not fit a 16 GiB NeuronCore: said with memory and speed
     assert rows and all(r["pp"] == 1 and not r["fits"] and "16 GiB available" in r["reason"] for r in rows)
@@ -262,3 +262,14 @@ def test_trainium_profiles_are_planned_without_pipeline_parallelism(tmp_path):
     out = runner.invoke(cli, ["--results-dir", str(tmp_path), "plan", "--system", "trn1", "--tag", "13", "--pp", "2",
                               "--json"])
     assert all("no pipeline parallelism with the xla backend" in r["reason"] for r in json.loads(out.output))
+
+
+@pytest.mark.parametrize("pins,reason", [
+    (["--tp", "7"], "tp 7 x pp 1 = 7 does not divide the 384 devices of 96 node(s) into whole replicas"),
+    (["--nodes", "80"], "the global batch 96 is no multiple of dp"),
+])
+def test_a_space_without_a_layout_says_why_and_fails(tmp_path, pins, reason):
+    """`bench plan --tp 7` and `--nodes 80` printed "no layout fits and runs", exit 0, with no reason."""
+    out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", *pins])
+    assert out.exit_code == 2 and "no layout of gpt-175b on juwels-booster in this space" in out.output
+    assert reason in out.output and len(out.output.strip().splitlines()) == 1

@@ -131,7 +131,7 @@ def test_dropped_points_are_counted_by_rule_and_streamed_to_a_compressed_file(tm
     counts = meta["dropped_by_rule"]
     assert sum(counts.values()) == len(rows) == 20 - len(meta["points"])
     # 32 devices: tp x pp = 3, 5, 6, 9, 10, 12, 15, 20 do not divide them; 1 x 2 and 2 x 1 are excluded
-    assert counts == {"exclude 'tp * pp == 2'": 2, "tp-pp-world": 11}
+    assert counts == {"exclude 'tp * pp == 2'": 2, "tp x pp does not divide the devices": 11}
     assert all(r["reason"] and r["rule"] in counts for r in rows)
     assert "dropped 2: exclude 'tp * pp == 2'" in proc.stdout
 
@@ -210,3 +210,13 @@ def test_a_grid_over_the_combination_limit_is_refused_before_the_stream_starts(t
     assert expand(g, limit=12).combinations == 12
     check_size(g)
     assert MAX_COMBINATIONS == 10_000_000
+
+
+def test_a_replica_larger_than_the_allocation_is_said_before_a_derived_value_divides_by_zero(tmp_path):
+    """The shipped 13B grid derives gas from dp, which is 0 where tp x pp exceeds the devices: the point was
+    dropped for "integer division or modulo by zero"."""
+    e = expand(grid(tmp_path, 'tag: "13"\nmatrix: {tp: [8], pp: [8]}\nderived: {gas: "1024 // (nodes * 4 // (tp * pp))"}\n'))
+    assert not e.points
+    (dropped,) = e.dropped
+    assert dropped.reason == "tp 8 x pp 8 = 64 devices per replica, more than the 32 that 8 node(s) have"
+    assert dropped.rule == "replica larger than the allocation"

@@ -1,7 +1,14 @@
 """Throughput metrics from parsed records: tokens/s, TFLOPs per GPU, MFU and the time to report.
 
-Tokens/s follows the JUPITER JUBE result: the mean of every logged interval's iteration time, with
-nothing excluded, so our figure for a reference log is the figure the reference table shows.
+A log gives two throughputs, each defined once here and quoted under its own name by every view (the
+progress bar, `bench status`, the result table and its exports, `bench parse`, the comparisons, the report):
+
+- JUBE's figure (`jube_tokens_per_s`): the tokens of one global batch over the mean iteration time of every
+  logged interval, nothing excluded, as the JUPITER result table computes it; our figure for a reference
+  log is the figure the reference table shows, and it is the one the 560 s rule is judged on.
+- The steady state (`steady_state`): the same formula over the intervals after the warm-up (leading
+  intervals slower than WARMUP_FRACTION of the rest), with its spread. Where no interval is warm-up, the
+  two are the same number.
 """
 
 from __future__ import annotations
@@ -77,6 +84,59 @@ def _mean(values: list[float]) -> float | None:
         return None
 
 
+def rate_of_mean_time(rates: list[float]) -> float | None:
+    """JUBE's formula over intervals known by their rates: one batch's tokens over the mean iteration time,
+    which for intervals of equal batches is the harmonic mean of their rates."""
+    if not rates or not all(r and r > 0 for r in rates):
+        return None
+    return _figure(lambda rs: len(rs) / math.fsum(1.0 / r for r in rs), rates)
+
+
+class JubeFigure:
+    """JUBE's figure, fed one interval at a time (a growing log is not read twice): the tokens of one global
+    batch (the last interval's) over the mean iteration time of every logged interval, warm-up included; for
+    a log without times, the same formula over the rates it prints."""
+
+    def __init__(self, seq_length: int | None, global_batch_size: int | None = None) -> None:
+        self.seq_length, self.global_batch_size = seq_length, global_batch_size
+        self._times = self._per_token = 0.0  # sums: iteration times; seconds per token of the printed rates
+        self._count = 0
+        self._timed = self._rated = True
+        self._last: Record | None = None
+
+    def add(self, record: Record) -> None:
+        self._count += 1
+        self._last = record
+        if record.iteration_time_s:
+            self._times += record.iteration_time_s
+        else:
+            self._timed = False
+        rate = record_view(record, self.seq_length)["tokens_per_s"]
+        if rate:
+            self._per_token += 1.0 / rate
+        else:
+            self._rated = False
+
+    @property
+    def value(self) -> float | None:
+        """The figure so far; None where the log cannot give it."""
+        if not self._count:
+            return None
+        gbs = self.global_batch_size or self._last.global_batch_size
+        if gbs and self.seq_length and self._timed:
+            return _figure(lambda t: gbs * self.seq_length * self._count / t, self._times)
+        return _figure(lambda s: self._count / s, self._per_token) if self._rated else None
+
+
+def jube_tokens_per_s(records: list[Record], seq_length: int | None,
+                      global_batch_size: int | None = None) -> float | None:
+    """JUBE's figure over `records` (see JubeFigure): what every view quotes as Tokens/sec."""
+    figure = JubeFigure(seq_length, global_batch_size)
+    for record in records:
+        figure.add(record)
+    return figure.value
+
+
 def summarise(records: list[Record], seq_length: int, global_batch_size: int | None = None,
               shape: flops.Shape | None = None, devices: int | None = None, peak_tflops: float | None = None,
               report_tokens: int = flops.REPORT_TOKENS) -> Summary | None:
@@ -93,9 +153,9 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
     if not gbs:
         raise ValueError("the log does not give the global batch size; pass it")
     mean_time = _mean([r.iteration_time_s for r in records])
-    if mean_time is None:
+    tps = jube_tokens_per_s(records, seq_length, gbs)
+    if mean_time is None or tps is None:
         return None  # times so large their sum overflows: no figure to report
-    tps = tokens_per_s(gbs, seq_length, mean_time)
     logged = [r.tflops_per_gpu for r in records if r.tflops_per_gpu is not None]
     if logged:
         avg_tflops = _mean(logged)
@@ -180,36 +240,54 @@ def spread(values: list[float]) -> dict | None:
     return {"mean": mean, "median": _finite(statistics.median(values)), "std": std, "ci95": ci95}
 
 
-def steady_summary(records: list[Record], seq_length: int | None,
-                   report_tokens: int = flops.REPORT_TOKENS) -> tuple[list[dict], dict]:
-    """The contract's records and summary: warm-up excluded, spread reported, and the JUBE-style
-    all-intervals figure kept beside it under its own name."""
+def steady_rates(records: list[Record], seq_length: int | None) -> tuple[int, list[float]]:
+    """How many leading intervals are warm-up, and the tokens/s of each interval after them."""
     views = [record_view(r, seq_length) for r in records]
     tokens = [v["tokens_per_s"] for v in views]
     samples = [v["samples_per_s"] for v in views]
     rates = tokens if all(t is not None for t in tokens) else samples
     skip = warmup_count(rates) if all(r is not None for r in rates) else 0
-    steady_tokens = [t for t in tokens[skip:] if t is not None]
-    steady_samples = [s for s in samples[skip:] if s is not None]
-    times = [r.iteration_time_s for r in records]
-    gbs = records[-1].global_batch_size if records else None
-    mean_time = _mean(times) if records and all(times) else None
-    if gbs and seq_length and mean_time:
-        all_intervals = _figure(tokens_per_s, gbs, seq_length, mean_time)
-    else:
-        known = [t for t in tokens if t is not None]
-        all_intervals = _mean(known) if known else None
-    tokens_spread = spread(steady_tokens)
+    return skip, [t for t in tokens[skip:] if t]
+
+
+def steady_state(records: list[Record], seq_length: int | None) -> dict:
+    """The steady state: the warm-up intervals left out, JUBE's formula over the rest (`mean`: one batch's
+    tokens over the mean iteration time; `median`: the median interval's rate), the spread of the intervals'
+    rates (`std`) and the 95% confidence interval of `mean` (Student's t on the time per token, carried over to
+    tokens/s). `tokens_per_s` is None where the log cannot give tokens."""
+    skip, steady = steady_rates(records, seq_length)
+    out = {"intervals": len(records), "warmup_excluded": skip, "tokens_per_s": None}
+    mean = rate_of_mean_time(steady)
+    if mean is None:
+        return out
+    per_token = spread([1.0 / t for t in steady]) or {}
+    ci95 = None
+    if per_token.get("ci95") and per_token["ci95"][0] > 0:
+        ci95 = [_figure(operator.truediv, 1.0, per_token["ci95"][1]), _figure(operator.truediv, 1.0, per_token["ci95"][0])]
+        ci95 = ci95 if None not in ci95 else None
+    out["tokens_per_s"] = {"mean": mean, "median": _finite(statistics.median(steady)),
+                           "std": (spread(steady) or {}).get("std"), "ci95": ci95}
+    return out
+
+
+def steady_summary(records: list[Record], seq_length: int | None,
+                   report_tokens: int = flops.REPORT_TOKENS) -> tuple[list[dict], dict]:
+    """The contract's records and summary: the steady state (warm-up excluded, spread reported) and JUBE's
+    all-intervals figure beside it under its own name."""
+    views = [record_view(r, seq_length) for r in records]
+    steady = steady_state(records, seq_length)
+    samples = [v["samples_per_s"] for v in views[steady["warmup_excluded"]:] if v["samples_per_s"] is not None]
+    tokens_spread = steady["tokens_per_s"]
+    mean = tokens_spread["mean"] if tokens_spread else None
     summary = {
         "iterations": records[-1].iteration if records else 0,
         "intervals": len(records),
-        "warmup_excluded": skip,
+        "warmup_excluded": steady["warmup_excluded"],
         "tokens_per_s": tokens_spread,
-        "tokens_per_s_all_intervals": all_intervals,
-        "samples_per_s": _mean(steady_samples) if steady_samples else None,
+        "tokens_per_s_all_intervals": jube_tokens_per_s(records, seq_length),
+        "samples_per_s": _mean(samples) if samples else None,
         "report_tokens": report_tokens,
-        "time_to_report_s": (_figure(flops.time_to_report, tokens_spread["mean"], report_tokens)
-                             if tokens_spread and tokens_spread["mean"] > 0 else None),
+        "time_to_report_s": _figure(flops.time_to_report, mean, report_tokens) if mean else None,
     }
     return views, summary
 

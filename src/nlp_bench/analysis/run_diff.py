@@ -1,11 +1,12 @@
 """`bench result compare baseline RUN2 RUN`: did throughput change between two runs of the same points,
 beyond the noise of each, and what else changed with it?
 
-Per point both runs measured, the ratio of steady-state mean tokens/s (warm-up excluded) with a 95%
-confidence interval from the spread of each run's intervals (the delta method for a ratio of means, Welch's
-degrees of freedom). Where the interval excludes 1 the change is more than noise, and the point's provenance
-is compared: library versions, the commit that rendered the jobscript, trainer, node list, the environment
-the jobscript recorded, and the jobscript's own lines.
+Per point both runs measured, the ratio of the steady-state figures (metrics.steady_state: one batch's tokens
+over the mean iteration time, warm-up excluded) with a 95% confidence interval from the spread of each run's
+intervals (the delta method for a ratio of mean times per token, Welch's degrees of freedom). Where the
+interval excludes 1 the change is more than noise, and the point's provenance is compared: library
+versions, the commit that rendered the jobscript, trainer, node list, the environment the jobscript
+recorded, and the jobscript's own lines.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from nlp_bench.analysis.metrics import record_view, t95, warmup_count
+from nlp_bench.analysis import metrics
+from nlp_bench.analysis.metrics import t95
 from nlp_bench.analysis.parsers import Record
 from nlp_bench.analysis.results import run_results
 from nlp_bench.store.names import JOBSCRIPT
@@ -65,15 +67,15 @@ def point_runs(run: Run) -> dict[str, PointRun]:
 def steady_rates(result: dict[str, Any], seq_length: int | None) -> list[float]:
     """The point's tokens/s per logged interval, warm-up intervals left out."""
     records = [Record(**{k: r.get(k) for k in Record._fields}) for r in result.get("records") or []]
-    rates = [v["tokens_per_s"] for v in (record_view(r, seq_length) for r in records)]
-    rates = [r for r in rates if r]
-    return rates[warmup_count(rates):]
+    return metrics.steady_rates(records, seq_length)[1]
 
 
 def ratio_interval(current: list[float], baseline: list[float]) -> tuple[float, tuple[float, float] | None]:
-    """Ratio of the means and its 95% interval; no interval with fewer than two intervals a side."""
+    """The ratio of the two steady figures (each one batch over its mean time: the ratio of the mean times per
+    token, baseline over current) and its 95% interval; no interval with fewer than two intervals a side."""
+    current, baseline = [1.0 / r for r in current], [1.0 / r for r in baseline]
     mean_a, mean_b = statistics.fmean(current), statistics.fmean(baseline)
-    ratio = mean_a / mean_b
+    ratio = mean_b / mean_a
     if len(current) < 2 or len(baseline) < 2:
         return ratio, None
     var_a = statistics.variance(current) / (len(current) * mean_a**2)
@@ -136,7 +138,8 @@ def compare_runs(current: dict[str, PointRun], baseline: dict[str, PointRun]) ->
             verdict = "slower"
         else:
             verdict = "within noise"
-        change = Change(point, statistics.fmean(rates_now), statistics.fmean(rates_before), ratio, interval, verdict)
+        change = Change(point, metrics.rate_of_mean_time(rates_now), metrics.rate_of_mean_time(rates_before), ratio,
+                        interval, verdict)
         if verdict in ("faster", "slower"):
             change.differences = provenance_differences(now, before) or [
                 "nothing recorded differs (same versions, environment and jobscript): look at the nodes' health"]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nlp_bench.analysis import parsers
+from nlp_bench.analysis import metrics, parsers
 from nlp_bench.analysis.results import Problems, run_rows
 from nlp_bench.errors import BenchError, PlanError, SpecError
 from nlp_bench.launch.executor import Executor, get_executor, wait
@@ -53,12 +53,14 @@ class LaunchOptions:
 
 
 class LogFollower:
-    """Reads new complete lines of a growing job.out and keeps the latest iteration record."""
+    """Reads new complete lines of a growing job.out and keeps its iteration records."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, figure: metrics.JubeFigure) -> None:
         self.path, self.offset, self.partial, self.last = path, 0, "", None
+        self.figure = figure
 
     def update(self) -> parsers.Record | None:
+        """The latest record (None before the first); every new one goes into the figure."""
         if self.path.is_file():
             with self.path.open("rb") as fh:
                 fh.seek(self.offset)
@@ -66,16 +68,16 @@ class LogFollower:
             self.offset += len(chunk)
             lines = (self.partial + chunk.decode("utf-8", "replace")).split("\n")
             self.partial = lines.pop()
-            for line in lines:
-                self.last = parsers.parse_line(line, terminated=True) or self.last
+            for record in filter(None, (parsers.parse_line(line, terminated=True) for line in lines)):
+                self.figure.add(record)
+                self.last = record
         return self.last
 
 
 def _watch(executor, point_dir: Path) -> str:
     """Wait for the job with a progress bar fed by the trainer's own iteration lines."""
     point = PointDir(point_dir).point()
-    follower = LogFollower(point_dir / JOB_OUT)
-    seq = point.seq_length
+    follower = LogFollower(point_dir / JOB_OUT, metrics.JubeFigure(point.seq_length, point.global_batch_size))
     with progress_bar(point.id, point.planned_iterations(), info=True) as bar:
         bar.update(info="starting")
 
@@ -84,9 +86,10 @@ def _watch(executor, point_dir: Path) -> str:
             if rec is None:
                 bar.update(info=state.lower())
                 return
-            tps = rec.global_batch_size * seq / rec.iteration_time_s if rec.global_batch_size else 0.0
+            tps = follower.figure.value
+            figure = f"{tps:,.0f} tokens/s (JUBE: every interval so far)" if tps else "tokens/s not known yet"
             loss = f", loss {rec.loss:.3f}" if rec.loss is not None else ""
-            bar.update(completed=rec.iteration, total=rec.total_iterations, info=f"{tps:,.0f} tokens/s{loss}")
+            bar.update(completed=rec.iteration, total=rec.total_iterations, info=figure + loss)
 
         return wait(executor, point_dir, interval_s=0.5, on_poll=on_poll)
 

@@ -56,6 +56,10 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
                                     base.swiglu, basis)
     except timing.NotPlannable as exc:
         raise PlanError(str(exc)) from None
+    if not good and not pruned:
+        raise PlanError(f"no layout of {base.model.name} on {base.system.name} in this space: "
+                        + ranking.unreachable(base.model, base.system, Space(nodes=tuple(nodes), **space),
+                                              base.candidate))
     return good[:top], pruned, calibrated, base
 
 

@@ -71,7 +71,8 @@ class View:
 
     def table_rows(self, refs: tuple[str, ...], every: bool = False, reference: bool = False) -> list[dict]:
         """The rows of `bench result table`: the runs named (default: the newest; `every`: all of them),
-        after the published reference rows where asked. A table with nothing to show says why."""
+        after the published reference rows where asked (alone only where there is no run yet). A table with
+        nothing to show says why."""
         rows = []
         if reference:
             from nlp_bench.analysis.reference import reference_rows
@@ -79,8 +80,10 @@ class View:
             rows = reference_rows()
         if every:
             runs = self.every_run()
+        elif refs or not reference or list_runs(self.results_dir).runs:
+            runs = [self.run(ref) for ref in refs or (None,)]
         else:
-            runs = [self.run(ref) for ref in refs or (None,)] if refs or not reference else []
+            runs = []
         for run in runs:
             rows += self.rows(run)
         if not rows and self.problems.lines:

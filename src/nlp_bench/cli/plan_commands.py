@@ -88,8 +88,9 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
     good, pruned, calibrated, base = planning.plan(ctx.obj["results_dir"], benchmark_name, tag, system, space, top)
     if as_json:
         click.echo(dumps([{**p.to_dict(), "calibrated": calibrated} for p in good + pruned[:top]]))
-        return
-    click.echo(render_plan(good, pruned, calibrated, base, top), nl=False)
+    else:
+        click.echo(render_plan(good, pruned, calibrated, base, top), nl=False)
+    ctx.exit(0 if good else 1)
 
 
 def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, space: dict, as_json: bool) -> None:
@@ -102,6 +103,7 @@ def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, spa
         click.echo(dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated}]))
     else:
         click.echo(render_target(best, seconds, calibrated, base), nl=False)
+    ctx.exit(0 if best is not None else 1)
 
 
 @plan.command("target")

@@ -10,7 +10,7 @@ from nlp_bench import flops
 from nlp_bench.plan import memory, timing
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.plan.validation import Trust
-from nlp_bench.spec.layout import data_parallel_size
+from nlp_bench.spec.layout import data_parallel_size, replica_problem
 from nlp_bench.spec.models import ModelSpec, pad_vocab
 from nlp_bench.spec.switches import RECOMPUTE
 from nlp_bench.spec.systems import System
@@ -92,8 +92,9 @@ class Space:
     global_batch_size: int | None = None  # kept fixed (gas follows) unless gas is pinned
 
 
-def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) -> Iterable[Candidate]:
-    """Every layout of the space, with the base's precision, sequence parallelism and attention."""
+def _sizes(model: ModelSpec, system: System, space: Space, base: Candidate) -> Iterable[tuple]:
+    """(nodes, tp, pp, mbs, gradient-accumulation steps to try, why none) of every size combination of the
+    space; `why` is (the rule, what it says in the user's words) where a combination has no layout."""
     dpn = system.devices_per_node
     for nodes in space.nodes:
         world = nodes * dpn
@@ -101,21 +102,45 @@ def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) 
         pps = space.pp or ([1] if system.backend == "xla" else
                            [p for p in range(1, min(model.num_layers, world) + 1) if model.num_layers % p == 0])
         for tp, pp in itertools.product(tps, pps):
-            if world % (tp * pp):
+            problem = replica_problem(nodes, dpn, tp, pp)
+            if problem:
+                yield nodes, tp, pp, None, (), problem
                 continue
             dp = data_parallel_size(world, tp, pp)
-            vps = space.vp or [v for v in (1, 2, 3, 4, 6, 8) if pp > 1 or v == 1]
             for mbs in space.mbs or (1, 2, 4, 8):
-                if space.gas:
-                    gases = space.gas
-                else:
-                    gbs = space.global_batch_size or base.global_batch_size
-                    if gbs % (dp * mbs):
-                        continue
-                    gases = (gbs // (dp * mbs),)
-                for gas, vp, rc, do in itertools.product(gases, vps, space.recompute, space.distributed_optimizer):
-                    yield replace(base, nodes=nodes, devices_per_node=dpn, tp=tp, pp=pp, mbs=mbs, gas=gas, vp=vp,
-                                  recompute=rc, distributed_optimizer=do and dp > 1)
+                gbs = space.global_batch_size or base.global_batch_size
+                if not space.gas and gbs % (dp * mbs):
+                    yield nodes, tp, pp, mbs, (), ("batch", f"the global batch {gbs} is no multiple of dp {dp} x mbs "
+                                                            f"{mbs} (tp {tp} x pp {pp} on {nodes} node(s)); pin --gas "
+                                                            "to let the batch follow, or give --global-batch-size")
+                    continue
+                yield nodes, tp, pp, mbs, space.gas or (gbs // (dp * mbs),), None
+
+
+def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) -> Iterable[Candidate]:
+    """Every layout of the space, with the base's precision, sequence parallelism and attention."""
+    dpn = system.devices_per_node
+    for nodes, tp, pp, mbs, gases, why in _sizes(model, system, space, base):
+        if why:
+            continue
+        vps = space.vp or [v for v in (1, 2, 3, 4, 6, 8) if pp > 1 or v == 1]
+        dp = data_parallel_size(nodes * dpn, tp, pp)
+        for gas, vp, rc, do in itertools.product(gases, vps, space.recompute, space.distributed_optimizer):
+            yield replace(base, nodes=nodes, devices_per_node=dpn, tp=tp, pp=pp, mbs=mbs, gas=gas, vp=vp,
+                          recompute=rc, distributed_optimizer=do and dp > 1)
+
+
+def unreachable(model: ModelSpec, system: System, space: Space, base: Candidate, shown: int = 3) -> str:
+    """Why the space holds no layout at all: how many size combinations each rule leaves out, with an
+    example of each."""
+    by_rule: dict[str, list[str]] = {}
+    for *_, why in _sizes(model, system, space, base):
+        if why:
+            by_rule.setdefault(why[0], []).append(why[1])
+    if not by_rule:
+        return "the space is empty"
+    ranked = sorted(by_rule.values(), key=len, reverse=True)
+    return "; ".join(f"{len(whys)} combination(s) like this: {whys[0]}" for whys in ranked[:shown])
 
 
 def rank(model: ModelSpec, system: System, space: Space, base: Candidate, eff: timing.Efficiency,

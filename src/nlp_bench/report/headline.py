@@ -63,12 +63,29 @@ def headline(rows: list[dict[str, Any]], results: dict[tuple[str, str], dict]) -
     else:
         title = f"{name}, fastest of {len(pool)} point(s): {seconds:,.2f} s to report 20M tokens on {_layout(best)}"
         why = WHY_JUBE_NO_BASELINE
-    steady = (results.get((best.get("run"), best.get("point"))) or {}).get("steady") or {}
+    result = results.get((best.get("run"), best.get("point"))) or {}
+    return Headline(title=title, point=best.get("point"), verdict=passed, why=why,
+                    steady_note=steady_note(result, seconds))
+
+
+def steady_note(result: dict[str, Any], seconds: float) -> str:
+    """The steady state beside the quoted figure, and where the gap between them comes from, as measured:
+    the warm-up intervals left out and how much slower they ran (none left out: the two are one number)."""
+    steady = result.get("steady") or {}
     steady_s = steady.get("time_to_report_s")
-    note = ""
-    if steady_s:
-        skipped = steady.get("warmup_excluded", 0)
-        note = (f"Steady state ({skipped} warm-up interval(s) of {steady.get('intervals')} left out): "
-                f"{steady_s:,.2f} s, {100 * (steady_s / seconds - 1):+.1f}% against the quoted figure; it is what "
-                f"this layout sustains once warm, the figure to compare layouts or trainers with.")
-    return Headline(title=title, point=best.get("point"), verdict=passed, why=why, steady_note=note)
+    if not steady_s:
+        return ""
+    skipped = steady.get("warmup_excluded", 0)
+    if not skipped:
+        return (f"Steady state: no interval of {steady.get('intervals')} ran slow enough to count as warm-up, so it is "
+                f"the same figure ({steady_s:,.2f} s).")
+    times = [r.get("iteration_time_s") for r in result.get("records") or []]
+    why = ""
+    if len(times) == steady.get("intervals") and all(times):
+        warm, rest = times[:skipped], times[skipped:]
+        slower = (sum(warm) / len(warm)) / (sum(rest) / len(rest)) - 1
+        why = (f"; the gap is those intervals: they took {100 * slower:,.0f}% longer per iteration than the "
+               f"{len(rest)} after them")
+    return (f"Steady state ({skipped} warm-up interval(s) of {steady.get('intervals')} left out): {steady_s:,.2f} s, "
+            f"{100 * (steady_s / seconds - 1):+.1f}% against the quoted figure{why}. It is what this layout "
+            "sustains once warm, the figure to compare layouts or trainers with.")

@@ -43,7 +43,7 @@ def render_plan(good: list, pruned: list, calibrated: bool, base, top: int) -> s
         out.append(tabulate([_row(p) for p in good], headers=HEADERS, disable_numparse=True) + "\n")
         out.append(_legend(good))
     else:
-        out.append("no layout fits and runs\n")
+        out.append("no layout both runs and fits in device memory; the pruned ones below say why\n")
     if pruned:
         memory = sum(1 for p in pruned if "GiB" in p.reason)
         out.append(f"pruned {len(pruned)} layout(s): {memory} do not fit in device memory"

@@ -1,10 +1,12 @@
-"""`bench status`: where every point of a run stands: state, elapsed time, last iteration, tokens/s, ETA."""
+"""`bench status`: where every point of a run stands: state, elapsed time, last iteration, tokens/s (JUBE's
+figure over the intervals logged so far: the number the result table will show), ETA."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from nlp_bench.analysis.metrics import jube_tokens_per_s
 from nlp_bench.analysis.parsers import parse_file
 from nlp_bench.store import states
 from nlp_bench.store.names import JOB_OUT
@@ -29,7 +31,7 @@ def point_status(point_dir: Path) -> dict[str, Any]:
     last = records[-1] if records else None
     tokens = eta = None
     if last is not None:
-        tokens = (last.global_batch_size or point.global_batch_size) * point.seq_length / last.iteration_time_s
+        tokens = jube_tokens_per_s(records, point.seq_length, point.global_batch_size)
         if attempt is not None and attempt.state == states.RUNNING and last.total_iterations:
             eta = (last.total_iterations - last.iteration) * last.iteration_time_s
     failure = ""
@@ -71,8 +73,10 @@ def status_table(rows: list[dict[str, Any]], title: str, width: int | None = Non
             kept.append(column)
             used += need
     left_out = [c for c in STATUS_COLUMNS if c not in kept and (c != "failure" or any(row[c] for row in rows))]
+    captions = ["tokens/s: JUBE's figure, every interval logged so far" if "tokens/s" in kept else "",
+                f"left out for the width: {', '.join(left_out)}" if left_out else ""]
     table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold",
-                  caption=f"left out for the width: {', '.join(left_out)}" if left_out else None)
+                  caption="; ".join(c for c in captions if c) or None)
     shown = [c for c in STATUS_COLUMNS if c in kept]
     for column in shown:
         if column == "failure":  # what the other columns leave, so that rich has nothing to squeeze

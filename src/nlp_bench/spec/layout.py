@@ -44,6 +44,32 @@ class Layout:
         return d
 
 
+def replica_problem(nodes: int, devices_per_node: int, tp: int, pp: int) -> tuple[str, str] | None:
+    """Why tp x pp replicas cannot tile the allocation, as (a rule, the reason in the user's words); None
+    when they can. The sweep checks it before any derived value is computed from dp (a division by zero
+    otherwise), the planner to say why a space holds no layout."""
+    world = nodes * devices_per_node
+    if tp * pp > world:
+        return "replica larger than the allocation", (f"tp {tp} x pp {pp} = {tp * pp} devices per replica, more "
+                                                      f"than the {world} that {nodes} node(s) have")
+    if world % (tp * pp):
+        return "tp x pp does not divide the devices", (f"tp {tp} x pp {pp} = {tp * pp} does not divide the {world} "
+                                                       f"devices of {nodes} node(s) into whole replicas")
+    return None
+
+
+#: what each rule of parallel_violations says, in the words a sweep counts dropped points by
+RULE_WORDS = {
+    "positive": "a size below 1", "tp-pp-world": "tp x pp does not divide the devices",
+    "tp-heads": "tp does not divide the attention heads", "tp-ffn": "tp does not divide the MLP width",
+    "pp-layers": "pp does not divide the layers", "heads-hidden": "the heads do not divide the hidden size",
+    "sp-tp": "sequence parallelism without tp", "sp-seq": "tp does not divide the sequence",
+    "vp-size": "fewer than 1 layer per virtual stage", "vp-layers": "pp x vp does not divide the layers",
+    "vp-chunks": "fewer than 2 model chunks per rank", "vp-pp": "interleaving without pp",
+    "gbs-mbs-dp": "mbs x dp does not divide the global batch", "vp-microbatches": "micro-batches no multiple of pp",
+}
+
+
 class Violation(NamedTuple):
     """One broken rule: `rule` names it (sweeps count dropped points by it), `message` says it with the
     numbers, in the words of both the layout (tp, pp) and Megatron's flags."""

@@ -38,7 +38,7 @@ from typing import Any
 
 from nlp_bench.errors import LayoutError, SpecError, did_you_mean
 from nlp_bench.spec.benchmark import Benchmark, Point, load_benchmark
-from nlp_bench.spec.layout import parallel_violations
+from nlp_bench.spec.layout import RULE_WORDS, parallel_violations, replica_problem
 from nlp_bench.spec.models import SHAPE, ModelSpec
 from nlp_bench.spec.switches import PRECISION_FLAGS, PRECISIONS, decode, precision_flags
 from nlp_bench.spec.trainers import TRAINERS
@@ -223,6 +223,9 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
     if touched and not no_rules:
         raise SpecError(f"the benchmark's rules fix {', '.join(sorted(touched))} for tag {start.tag}; a sweep "
                         f"that changes them is not a benchmark submission: pass --no-rules to run it anyway")
+    # nodes, tp and pp set by the grid itself are checked before anything is derived from dp (which is 0 where
+    # tp x pp exceeds the devices: a division by zero in the user's expression)
+    early = bool(grid.derived) and not {"nodes", "tp", "pp"} & {n for n, _ in grid.derived}
     names, zipped = list(grid.matrix), list(grid.zipped)
     rows = list(zip(*grid.zipped.values(), strict=False)) or [()]
     devices, max_nodes = start.layout.devices_per_node, start.system.max_nodes
@@ -231,6 +234,10 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
         for row in rows:
             params = {**base, **dict(zip(names, combo, strict=False)), **dict(zip(zipped, row, strict=False))}
             try:
+                problem = early and _replica_rule(params, devices)
+                if problem:
+                    yield problem
+                    continue
                 for name, expr in grid.derived:
                     params[name] = expr(params)
                 dropped = next((Dropped(params, f"excluded by {e.text!r}", f"exclude {e.text!r}")
@@ -257,6 +264,14 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
             yield point
 
 
+def _replica_rule(params: dict[str, Any], devices_per_node: int) -> Dropped | None:
+    values = [params[n] for n in ("nodes", "tp", "pp")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        return None  # the full check names a value that is no positive integer
+    problem = replica_problem(*values[:1], devices_per_node, *values[1:])
+    return Dropped(params, problem[1], problem[0]) if problem else None
+
+
 def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int | None) -> Dropped | None:
     """The layout rules the combination breaks (spec.layout's rules, on its integers), or None."""
     for name in (*LAYOUT, *MODEL):
@@ -271,7 +286,7 @@ def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int |
         world=params["nodes"] * devices_per_node, tp=params["tp"], pp=params["pp"], num_layers=params["num_layers"],
         num_attention_heads=params["num_attention_heads"], ffn_hidden_size=params["ffn_hidden_size"],
         hidden_size=params["hidden_size"], devices="devices")
-    return Dropped(params, "; ".join(v.message for v in broken), broken[0].rule) if broken else None
+    return Dropped(params, "; ".join(v.message for v in broken), RULE_WORDS[broken[0].rule]) if broken else None
 
 
 def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[str, Any], base: dict[str, Any],
