@@ -76,7 +76,7 @@ def status_table(rows: list[dict[str, Any]], title: str, width: int | None = Non
     captions = ["tokens/s: JUBE's figure, every interval logged so far" if "tokens/s" in kept else "",
                 f"left out for the width: {', '.join(left_out)}" if left_out else ""]
     table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold",
-                  caption="; ".join(c for c in captions if c) or None)
+                  caption="\n".join(c for c in captions if c) or None)
     shown = [c for c in STATUS_COLUMNS if c in kept]
     for column in shown:
         if column == "failure":  # what the other columns leave, so that rich has nothing to squeeze

@@ -31,12 +31,41 @@ _PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
 CELL_EXTRA, EDGE = 3, 1
 
 
-def format_cell(column: str, value: Any) -> str:
+def format_cell(column: str, value: Any, empty: str = "-") -> str:
+    """A value as a table shows it: the column's digits, and `empty` where there is none ("-" on a terminal;
+    the files bench exports leave the cell empty, in every format)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
+        return empty
     if column in _DIGITS and isinstance(value, (int, float)):
         return f"{value:.{_DIGITS[column]}f}"
     return str(value)
+
+
+def _shown(frame):
+    """The frame as the text files show it: every cell a string, formatted as the table formats it, empty
+    where there is no value."""
+    plain = frame.astype(object).where(frame.notna(), None)
+    return plain.apply(lambda col: col.map(lambda v, c=col.name: format_cell(c, v, empty="")))
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 1.5em; }}
+table {{ border-collapse: collapse; font-size: 0.9em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; white-space: nowrap; }}
+th {{ background: #f2f2f2; }}
+</style>
+</head>
+<body>
+<h1>{title}</h1>
+{table}
+</body>
+</html>
+"""
 
 
 def terminal_width() -> int | None:
@@ -147,9 +176,7 @@ def render(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = Non
     if fmt == "json":
         return dumps(json.loads(frame.to_json(orient="records", double_precision=15))) + "\n"
     if fmt == "md":
-        plain = frame.astype(object).where(frame.notna(), None)
-        shown = plain.apply(lambda col: col.map(lambda v, c=col.name: format_cell(c, v)))
-        return shown.to_markdown(index=False, disable_numparse=True) + "\n"
+        return _shown(frame).to_markdown(index=False, disable_numparse=True) + "\n"
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -167,6 +194,8 @@ def select(rows: list[dict[str, Any]], sort: str | None = None, where: str | Non
 
     names = {_identifier(c): c for c in RESULT_COLUMNS}
     if where:
+        for column in sorted(RESULT_COLUMNS, key=len, reverse=True):  # Tokens/sec, as --sort and --columns take it
+            where = where.replace(column, _identifier(column))
         expression = Expression(where, "--filter")
         unknown = expression.names - set(names)
         if unknown:
@@ -201,10 +230,13 @@ def export(rows: list[dict[str, Any]], fmt: str, path: Path) -> None:
         write_text_atomic(path, render(rows, fmt))
         return
     frame = rows_frame(rows)
-    if fmt == "html":
-        write_text_atomic(path, frame.to_html(index=False, na_rep="-"))
-    elif fmt == "tex":
-        write_text_atomic(path, frame.to_latex(index=False, na_rep="-"))
+    if fmt == "html":  # a whole page a browser opens as it is
+        import html
+
+        table = _shown(frame).to_html(index=False, escape=True, border=0)
+        write_text_atomic(path, _PAGE.format(title=html.escape(f"nlp-bench results: {path.stem}"), table=table))
+    elif fmt == "tex":  # every LaTeX special character escaped, in the headers too (Batch_Size, 50%)
+        write_text_atomic(path, _shown(frame).to_latex(index=False, escape=True))
     elif fmt in ("parquet", "sqlite"):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
