@@ -95,9 +95,9 @@ def _watch(executor, point_dir: Path) -> str:
 
 
 def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system: str | None, dry_run: bool,
-                layout: dict[str, int | None], options: LaunchOptions = LaunchOptions(),
-                trainer: str | None = None) -> int:
-    """`bench run`: one point. Returns the exit code for the CLI: 0 success, 1 a job that failed."""
+                layout: dict, options: LaunchOptions = LaunchOptions(), trainer: str | None = None) -> int:
+    """`bench run`: one point (`layout`: the overrides of Benchmark.point, the batch rule among them).
+    Returns the exit code for the CLI: 0 success, 1 a job that failed."""
     benchmark = load_benchmark(benchmark_name)
     point = benchmark.point(tag, system, trainer=trainer, **layout)
     return _execute(results_dir, benchmark.name, point.tag, [point], dry_run, options)
@@ -164,7 +164,8 @@ def _layout(point: Point) -> dict[str, int]:
 
 def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
                   no_rules: bool, max_points: int | None, verbose: bool, options: LaunchOptions = LaunchOptions(),
-                  top: int | None = None, keep_unfit: bool = False, trainer: str | None = None) -> int:
+                  top: int | None = None, keep_unfit: bool = False, trainer: str | None = None,
+                  batch: str | None = None) -> int:
     """`bench sweep`: every point of a grid file, streamed: points the planner predicts not to fit in device
     memory are dropped too (with the predicted memory; `keep_unfit` trusts the grid instead), and with
     `top` only the K points it predicts fastest are run. Every dropped point is logged with its reason.
@@ -182,7 +183,7 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
     total = combinations(grid)
     try:
         with progress_bar(f"expanding {grid_path}", total, threshold=200_000) as bar:
-            for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules, trainer=trainer):
+            for item in outcomes(grid, tag=tag, system=system, no_rules=no_rules, trainer=trainer, batch=batch):
                 if isinstance(item, Dropped):
                     log.add(item.params, item.reason, item.rule)
                 else:
@@ -258,6 +259,7 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
         on_run(run)
     folders = run.point_dirs()
     say(f"run {run.id}: {benchmark} tag {tag} on {system.name}, {len(points)} point(s)")
+    say(f"  {_batches(points)}")
     say(f"  workspace {run.path}")
     if dry_run:
         if system.compile_command:
@@ -271,6 +273,18 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
             say(f"  for d in {shlex.quote(str(run.path))}/*/; do (cd \"$d\" && sbatch {JOBSCRIPT}); done")
         return 0
     return _launch(run, executor, folders, options)
+
+
+def _batches(points: list[Point]) -> str:
+    """The global batch the points train and the rule that made it: one point's own words, else the range."""
+    if len(points) == 1 and points[0].batch is not None:
+        return points[0].batch.words()
+    sizes = sorted({p.layout.global_batch_size for p in points})
+    hows = sorted({p.batch.how for p in points if p.batch is not None})
+    shown = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
+    tag = points[0].batch.tag_global_batch_size if points[0].batch is not None else None
+    beside = f"; the tag's is {tag}" if tag is not None and sizes != [tag] else ""
+    return f"global batch {shown} ({', '.join(hows) or 'as recorded'}{beside})"
 
 
 def _chain(folder: Path) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from nlp_bench.errors import BenchError, PlanError
 from nlp_bench.plan import calibrate, points, ranking, timing, validation
 from nlp_bench.plan.ranking import Prediction, Space
+from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, KEEP_GAS
 from nlp_bench.spec.benchmark import load_benchmark
 
 #: The keys every object of `bench plan --json` has (README, "Planning"; tests pin them).
@@ -44,10 +45,20 @@ def efficiency(results_dir: Path, system: str, basis: validation.Trust) -> tuple
     return (own, True) if own is not None else (basis.efficiency, False)
 
 
+def _batch_space(space: dict, base: points.Planned) -> dict:
+    """The space with the batch rule applied (spec.batch): keep-gas pins the tag's gas where no gas or global
+    batch is given; keep-global-batch (the default) is the space's own way."""
+    rule = space.pop("batch", None) or DEFAULT_BATCH_RULE
+    if rule == KEEP_GAS and not space.get("gas") and not space.get("global_batch_size"):
+        space["gas"] = (base.candidate.gas,)
+    return space
+
+
 def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
          top: int) -> tuple[list[Prediction], list[Prediction], bool, points.Planned]:
     """(best layouts, pruned layouts, calibrated?, the tag's own point) for the tag on the system."""
     base = points.from_point(load_benchmark(benchmark).point(tag, system))
+    space = _batch_space(space, base)
     basis = trust(results_dir)
     eff, calibrated = efficiency(results_dir, base.system.name, basis)
     nodes = space.pop("nodes") or (base.candidate.nodes,)
@@ -66,6 +77,7 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
 def target(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
            seconds: float) -> tuple[Prediction | None, bool, points.Planned]:
     base = points.from_point(load_benchmark(benchmark).point(tag, system))
+    space = _batch_space(space, base)
     basis = trust(results_dir)
     eff, calibrated = efficiency(results_dir, base.system.name, basis)
     space.pop("nodes", None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from nlp_bench.cli.one_line import DefaultGroup, renamed
+from nlp_bench.spec.batch import BATCH_RULES
 from nlp_bench.spec.switches import RECOMPUTE
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print the documented JSON instead of a table.")
@@ -30,14 +31,16 @@ def space_options(command):
                      help="Recompute choices to consider (default: all three)."),
         click.option("--global-batch-size", type=click.IntRange(min=1), default=None,
                      help="Keep this global batch instead."),
+        click.option("--batch", type=click.Choice(BATCH_RULES), default=None,
+                     help="Without --gas: keep the tag's global batch (the default) or its gas (the batch follows)."),
     ]):
         command = option(command)
     return command
 
 
-def _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size) -> dict:
+def _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size, batch) -> dict:
     space = {"nodes": nodes, "tp": tp or None, "pp": pp or None, "vp": vp or None, "mbs": mbs or None,
-             "gas": gas or None, "global_batch_size": global_batch_size}
+             "gas": gas or None, "global_batch_size": global_batch_size, "batch": batch}
     if recompute:
         space["recompute"] = recompute
     return space
@@ -58,7 +61,7 @@ def plan() -> None:
 @click.argument("runs", nargs=-1, metavar="", required=False)
 @click.pass_context
 def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas, recompute,
-              global_batch_size, top, as_json, target_seconds, calibrate_, validate_, runs) -> None:
+              global_batch_size, batch, top, as_json, target_seconds, calibrate_, validate_, runs) -> None:
     """Every layout of the tag on the system, ranked by predicted tokens/s, then what was pruned and why
     (the default mode: `bench plan --tag 175` is `bench plan rank --tag 175`)."""
     from nlp_bench.app import planning
@@ -80,7 +83,7 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
         ctx.invoke(plan_calibrate, runs=runs, benchmark_name=benchmark_name)
         if tag is None and target_seconds is None and not nodes:
             return
-    space = _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size)
+    space = _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size, batch)
     if target_seconds is not None:
         renamed("bench plan --target-seconds S", "bench plan target S")
         _target(ctx, target_seconds, tag, system, benchmark_name, space, as_json)
@@ -112,10 +115,10 @@ def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, spa
 @_JSON
 @click.pass_context
 def plan_target(ctx: click.Context, seconds: float, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas,
-                recompute, global_batch_size, as_json) -> None:
+                recompute, global_batch_size, batch, as_json) -> None:
     """The fewest nodes whose best layout reaches a time_to_report of SECONDS (e.g. 560, the 175B rule)."""
     _target(ctx, seconds, tag, system, benchmark_name, _space(nodes, tp, pp, vp, mbs, gas, recompute,
-                                                              global_batch_size), as_json)
+                                                              global_batch_size, batch), as_json)
 
 
 @plan.command("calibrate")

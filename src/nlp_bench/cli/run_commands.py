@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
+from nlp_bench.spec.batch import BATCH_RULES, DEFAULT_BATCH_RULE
 from nlp_bench.spec.trainers import TRAINERS
+
+_BATCH = click.option(
+    "--batch", type=click.Choice(BATCH_RULES), default=None,
+    help=f"Where the layout differs from the tag's and gas is not given: keep the tag's global batch (gas follows; "
+         f"the default, {DEFAULT_BATCH_RULE}) or its gas (the batch follows dp x mbs, as the reference's scaling "
+         "runs did).")
 
 
 def launch_options(command):
@@ -45,23 +52,27 @@ def _resume_takes_no(**given) -> None:
 @click.option("--pp", type=int, default=None, help="Override pipeline-parallel size.")
 @click.option("--mbs", type=int, default=None, help="Override micro-batch size.")
 @click.option("--gas", type=int, default=None, help="Override gradient-accumulation steps.")
+@_BATCH
+@click.option("--global-batch-size", type=click.IntRange(min=1), default=None,
+              help="Train this global batch (gas follows from dp x mbs).")
 @click.option("--dry-run", is_flag=True, help="Write the workspace and jobscript; do not submit.")
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until the job ends, then print the row.")
 @launch_options
 @click.pass_context
-def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, dry_run, wait_, hang_timeout, after,
-        trainer, resume_ref) -> None:
+def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, batch, global_batch_size, dry_run,
+        wait_, hang_timeout, after, trainer, resume_ref) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm)."""
     from nlp_bench.app.execute import LaunchOptions, execute_run, resume
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
-        _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas,
-                         hang_timeout=hang_timeout, trainer=trainer,
+        _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch,
+                         global_batch_size=global_batch_size, hang_timeout=hang_timeout, trainer=trainer,
                          benchmark=None if benchmark_name == "nlp" else benchmark_name)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     ctx.exit(execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
-                         dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas), options, trainer))
+                         dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch or DEFAULT_BATCH_RULE,
+                              global_batch_size=global_batch_size), options, trainer))
 
 
 @click.command()
@@ -77,23 +88,24 @@ def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Run only the K points the planner predicts fastest (needs a system the planner can time).")
 @click.option("--no-plan", is_flag=True, help="Keep points the planner predicts not to fit in device memory.")
+@_BATCH
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until every job ends, then print the table.")
 @launch_options
 @click.pass_context
 def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, top, no_plan,
-          wait_, hang_timeout, after, trainer, resume_ref) -> None:
+          batch, wait_, hang_timeout, after, trainer, resume_ref) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints), or --resume RUN."""
     from nlp_bench.app.execute import LaunchOptions, execute_sweep, resume
 
     options = LaunchOptions(wait_, hang_timeout, after)
     if resume_ref:
         _resume_takes_no(grid=grid, tag=tag, system=system, max_points=max_points, no_rules=no_rules or None,
-                         hang_timeout=hang_timeout, top=top, no_plan=no_plan or None, trainer=trainer)
+                         hang_timeout=hang_timeout, top=top, no_plan=no_plan or None, trainer=trainer, batch=batch)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     if grid is None:
         raise click.UsageError("give a GRID file, or --resume RUN")
     ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose,
-                           options, top, keep_unfit=no_plan, trainer=trainer))
+                           options, top, keep_unfit=no_plan, trainer=trainer, batch=batch))
 
 
 @click.command()

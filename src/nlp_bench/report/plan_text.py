@@ -37,8 +37,20 @@ def _basis(calibrated: bool, base) -> str:
             f"{base.system.device_name or base.system.device}, {memory}); predictions {how}\n")
 
 
+def _batch(shown: list, base) -> str:
+    """The global batch the layouts shown train, and the tag's beside it where they differ."""
+    sizes = sorted({p.candidate.global_batch_size for p in shown})
+    tag = base.candidate.global_batch_size
+    if sizes == [tag]:
+        return f"global batch {tag} (the tag's, kept; gas follows from dp x mbs)\n"
+    listed = ", ".join(str(s) for s in sizes[:6]) + (", ..." if len(sizes) > 6 else "")
+    return f"global batch {listed} (decided by the gas kept or pinned, or the batch given; the tag's is {tag})\n"
+
+
 def render_plan(good: list, pruned: list, calibrated: bool, base, top: int) -> str:
     out = [_basis(calibrated, base)]
+    if good or pruned:
+        out.append(_batch(good or pruned, base))
     if good:
         out.append(tabulate([_row(p) for p in good], headers=HEADERS, disable_numparse=True) + "\n")
         out.append(_legend(good))

@@ -10,7 +10,8 @@ from typing import Any
 
 from nlp_bench.errors import LayoutError, SpecError, unknown
 from nlp_bench.paths import benchmark_dir
-from nlp_bench.spec.layout import Layout, validate
+from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, BatchChoice, check_rule, choose
+from nlp_bench.spec.layout import Layout, data_parallel_size, validate
 from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
 from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_megatron_flags, check_trainer
@@ -49,6 +50,8 @@ class Point:
     trainer: str = BUILTIN
     #: the submission rules the point is checked against (benchmark/rules/<name>.yaml), if its tag has any
     rules: str | None = None
+    #: how the global batch came about (spec.batch); None for a point read back without it
+    batch: BatchChoice | None = None
 
     @property
     def id(self) -> str:
@@ -82,6 +85,8 @@ class Point:
             "layout": self.layout.to_dict(),
             "trainer": self.trainer,
             "rules": self.rules,
+            "batch": None if self.batch is None else {"rule": self.batch.how,
+                                                      "tag_global_batch_size": self.batch.tag_global_batch_size},
             "train": self.train,
             "sbatch": self.sbatch,
         }
@@ -97,12 +102,14 @@ class Benchmark:
     path: Path
 
     def point(self, tag: str | None = None, system: str | None = None, *, model: dict[str, int] | None = None,
-              train: dict[str, Any] | None = None, trainer: str | None = None, **layout: int | None) -> Point:
+              train: dict[str, Any] | None = None, trainer: str | None = None, batch: str = DEFAULT_BATCH_RULE,
+              global_batch_size: int | None = None, **layout: int | None) -> Point:
         """Resolve a tag (default: the benchmark's default tag) on its own or another system.
 
         `layout` may override nodes, tp, pp, mbs and gas (None keeps the tag's value): they are the
-        parameters the benchmark's rules leave free. The trainer is `trainer`, else the tag's, else the
-        system's.
+        parameters the benchmark's rules leave free. Where gas is not given, `batch` (spec.batch) says
+        whether the tag's global batch or its gas is kept; `global_batch_size` asks for another batch. The
+        trainer is `trainer`, else the tag's, else the system's.
         """
         bad = set(layout) - {"nodes", "tp", "pp", "mbs", "gas"}
         if bad:
@@ -114,11 +121,19 @@ class Benchmark:
         where = f"{self.path}: tag {tag!r}"
         sys_ = load_system(system or spec["system"])
         # the tag, then what it changes on this system, then what the caller overrides
-        spec = {**spec, **(spec.get("systems") or {}).get(sys_.name, {}),
-                **{k: v for k, v in layout.items() if v is not None}}
+        own = {**spec, **(spec.get("systems") or {}).get(sys_.name, {})}
+        spec = {**own, **{k: v for k, v in layout.items() if v is not None and k != "gas"}}
         model_spec = get_model(spec["model"], **{**(spec.get("model_overrides") or {}), **(model or {})})
-        layout = validate(model_spec, Layout(spec["nodes"], sys_.devices_per_node, spec.get("tp", 1), spec.get("pp", 1),
-                                        spec.get("mbs", 1), spec.get("gas", 1)))
+        sizes = [spec["nodes"], sys_.devices_per_node, spec.get("tp", 1), spec.get("pp", 1), spec.get("mbs", 1)]
+        tag_layout = Layout(own["nodes"], sys_.devices_per_node, own.get("tp", 1), own.get("pp", 1),
+                            own.get("mbs", 1), own.get("gas", 1))
+        chosen = None
+        if all(isinstance(v, int) and v >= 1 for v in sizes) and (sizes[0] * sizes[1]) % (sizes[2] * sizes[3]) == 0:
+            chosen = choose(check_rule(batch), tag_layout.global_batch_size, tag_layout.gas,
+                            data_parallel_size(sizes[0] * sizes[1], sizes[2], sizes[3]), sizes[4],
+                            gas=layout.get("gas"), global_batch_size=global_batch_size)
+        gas = chosen.gas if chosen else layout.get("gas") or own.get("gas", 1)
+        layout = validate(model_spec, Layout(*sizes, gas))
         if sys_.backend == "xla" and layout.pp > 1:
             raise LayoutError(f"{where}: pipeline parallelism (pp {layout.pp}) is not available with the xla backend "
                               f"of system {sys_.name!r}, as in the Neuron reference; use pp 1")
@@ -132,7 +147,7 @@ class Benchmark:
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
         point = Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
-                      rules=spec.get("rules"))
+                      rules=spec.get("rules"), batch=chosen)
         if trainer == MEGATRON_LM:
             check_megatron_flags([*point.train, *DERIVED_FLAGS], f"{where} on {sys_.name}")
         return point

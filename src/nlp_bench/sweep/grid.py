@@ -18,6 +18,8 @@
       - "gas >= pp"
     train:                    # Megatron flags added to every point
       log-interval: 5
+    batch: keep-gas           # without a gas axis: keep the tag's gas, the batch follows (spec.batch; default
+                              # keep-global-batch: the tag's global batch stays, gas follows dp x mbs)
 
 Values are always YAML lists, never comma strings; expressions go through sweep.expr, never eval.
 Every point that is dropped is kept with its reason: a layout rule, an exclude, a constraint, a
@@ -37,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench.errors import LayoutError, SpecError, did_you_mean
+from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, check_rule, choose
 from nlp_bench.spec.benchmark import Benchmark, Point, load_benchmark
-from nlp_bench.spec.layout import RULE_WORDS, parallel_violations, replica_problem
+from nlp_bench.spec.layout import RULE_WORDS, data_parallel_size, parallel_violations, replica_problem
 from nlp_bench.spec.models import SHAPE, ModelSpec
 from nlp_bench.spec.switches import PRECISION_FLAGS, PRECISIONS, decode, precision_flags
 from nlp_bench.spec.trainers import TRAINERS
@@ -54,7 +57,8 @@ READ_ONLY = ("devices_per_node",)
 #: (benchmark/perf/RESULTS.md, 5·10^6 in 106 s and 106 MB), so this bound is about 3.5 minutes and under 200 MB
 #: of expansion, twice the largest grid measured; a grid past it is a typo or a search for the planner
 MAX_COMBINATIONS = 10_000_000
-_KEYS = {"benchmark", "tag", "system", "description", "matrix", "zip", "derived", "exclude", "constraints", "train"}
+_KEYS = {"benchmark", "tag", "system", "description", "matrix", "zip", "derived", "exclude", "constraints", "train",
+         "batch"}
 
 
 @dataclass
@@ -70,6 +74,8 @@ class Grid:
     constraints: list[Expression]
     train: dict[str, Any]
     raw: dict[str, Any]
+    #: the global-batch rule for points without a gas axis (spec.batch)
+    batch: str = DEFAULT_BATCH_RULE
 
 
 @dataclass
@@ -155,7 +161,8 @@ def load_grid(path: str | Path) -> Grid:
         bench = str(path.parent / bench)
     return Grid(path, bench, None if data.get("tag") is None else str(data["tag"]),
                 None if data.get("system") is None else str(data["system"]), matrix, zipped, derived,
-                rules["exclude"], rules["constraints"], dict(train), data)
+                rules["exclude"], rules["constraints"], dict(train), data,
+                check_rule(data.get("batch", DEFAULT_BATCH_RULE), f"{path}: batch"))
 
 
 def _base(model: ModelSpec, point: Point) -> dict[str, Any]:
@@ -196,19 +203,21 @@ def expand(grid: Grid, *, tag: str | None = None, system: str | None = None, no_
 
 
 def outcomes(grid: Grid, *, tag: str | None = None, system: str | None = None, no_rules: bool = False,
-             trainer: str | None = None, limit: int = MAX_COMBINATIONS) -> Iterator[Point | Dropped]:
+             trainer: str | None = None, limit: int = MAX_COMBINATIONS,
+             batch: str | None = None) -> Iterator[Point | Dropped]:
     """Every combination of the grid, in order, as a resolved Point or as Dropped with its reason.
 
     A grid of more than `limit` combinations is refused here, when called, not at the first item. The
     stream itself is a generator: memory stays bounded whatever the grid's size, but for the identities of
     the valid points, kept (as 64-bit hashes) to drop duplicates. A combination that breaks a layout rule
-    is dropped by the rule check on plain integers, before any Point is made for it."""
+    is dropped by the rule check on plain integers, before any Point is made for it. Without a gas axis,
+    `batch` (else the grid's `batch`) says whether each point keeps the tag's global batch or its gas."""
     check_size(grid, limit)
-    return _stream(grid, tag, system, no_rules, trainer)
+    return _stream(grid, tag, system, no_rules, trainer, check_rule(batch or grid.batch))
 
 
 def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
-            trainer: str | None) -> Iterator[Point | Dropped]:
+            trainer: str | None, batch: str) -> Iterator[Point | Dropped]:
     benchmark = load_benchmark(grid.benchmark)
     tag = tag if tag is not None else grid.tag
     system = system if system is not None else grid.system
@@ -226,6 +235,8 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
     # nodes, tp and pp set by the grid itself are checked before anything is derived from dp (which is 0 where
     # tp x pp exceeds the devices: a division by zero in the user's expression)
     early = bool(grid.derived) and not {"nodes", "tp", "pp"} & {n for n, _ in grid.derived}
+    # without a gas axis the batch rule sets gas, before excludes and constraints read it
+    rule = None if "gas" in (*grid.matrix, *grid.zipped, *(n for n, _ in grid.derived)) else batch
     names, zipped = list(grid.matrix), list(grid.zipped)
     rows = list(zip(*grid.zipped.values(), strict=False)) or [()]
     devices, max_nodes = start.layout.devices_per_node, start.system.max_nodes
@@ -240,7 +251,8 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
                     continue
                 for name, expr in grid.derived:
                     params[name] = expr(params)
-                dropped = next((Dropped(params, f"excluded by {e.text!r}", f"exclude {e.text!r}")
+                dropped = rule and _batch_rule(params, devices, rule, start)
+                dropped = dropped or next((Dropped(params, f"excluded by {e.text!r}", f"exclude {e.text!r}")
                                 for e in grid.exclude if e(params)), None)
                 dropped = dropped or next((Dropped(params, f"constraint {c.text!r} does not hold",
                                                    f"constraint {c.text!r}") for c in grid.constraints
@@ -249,7 +261,7 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
                 if dropped:
                     yield dropped
                     continue
-                point = _resolve(benchmark, start.tag, system, params, base, grid.train)
+                point = _resolve(benchmark, start.tag, system, params, base, grid.train, rule)
             except EvaluationError as exc:  # this point cannot be; the grid itself is fine
                 yield Dropped(params, str(exc), "invalid value")
                 continue
@@ -262,6 +274,20 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
                 continue
             seen.add(key)
             yield point
+
+
+def _batch_rule(params: dict[str, Any], devices_per_node: int, rule: str, start: Point) -> Dropped | None:
+    """Set the point's gas as the batch rule says; None, or Dropped where the tag's batch cannot be kept."""
+    sizes = [params[n] for n in ("nodes", "tp", "pp", "mbs")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes) \
+            or replica_problem(sizes[0], devices_per_node, sizes[1], sizes[2]):
+        return None  # the layout rules say what is wrong
+    dp = data_parallel_size(sizes[0] * devices_per_node, sizes[1], sizes[2])
+    try:
+        params["gas"] = choose(rule, start.batch.tag_global_batch_size, start.batch.tag_gas, dp, sizes[3]).gas
+    except LayoutError as exc:
+        return Dropped(params, str(exc), "the tag's global batch cannot be kept")
+    return None
 
 
 def _replica_rule(params: dict[str, Any], devices_per_node: int) -> Dropped | None:
@@ -290,7 +316,8 @@ def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int |
 
 
 def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[str, Any], base: dict[str, Any],
-             train: dict[str, Any]) -> Point:
+             train: dict[str, Any], rule: str | None) -> Point:
+    """The point of one combination; `rule`: the batch rule that set its gas (None: gas was an axis)."""
     for name in (*LAYOUT, *MODEL):
         value = params[name]
         if not isinstance(value, int) or isinstance(value, bool):
@@ -306,8 +333,11 @@ def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[st
     model = {n: v for n, v in changed.items() if n in MODEL}
     if params["trainer"] not in TRAINERS:
         raise EvaluationError(f"trainer must be one of {', '.join(TRAINERS)}, got {params['trainer']!r}")
+    layout = {n: params[n] for n in LAYOUT}
+    if rule is not None:
+        layout["gas"] = None  # the point applies the same rule, and says so
     point = benchmark.point(tag, system, model=model or None, train=extra or None, trainer=params["trainer"],
-                            **{n: params[n] for n in LAYOUT})
+                            batch=rule or DEFAULT_BATCH_RULE, **layout)
     if not changed:
         return point
     # points that differ in more than the layout carry a short digest of the difference in their id
