@@ -145,3 +145,29 @@ def test_parse_errors_are_one_line(tmp_path, content, args, needles):
     proc = run_bench("parse", str(log), *args, cwd=tmp_path)
     assert proc.returncode == 2
     _one_line_error(proc, *needles)
+
+
+def test_the_global_batch_is_one_shown_choice_for_run_sweep_and_plan(bench, results, tmp_path):
+    """`bench run --tag 175 --nodes 48` trained a global batch of 48 without a word while `bench plan` kept 96."""
+    import json
+
+    def point_json(out) -> dict:
+        run = out.output.split("run ", 1)[1].split(":", 1)[0]
+        return json.loads(next((results / "nlp" / run).glob("*/point.json")).read_text())
+
+    out = bench("run", "--tag", "175", "--nodes", "48", "--dry-run")
+    assert "global batch 96 (the tag's, kept; gas 32 follows)" in out.output
+    assert point_json(out)["layout"]["global_batch_size"] == 96
+    out = bench("run", "--tag", "175", "--nodes", "48", "--batch", "keep-gas", "--dry-run")
+    assert "global batch 48 (gas 16 kept from the tag (--batch keep-gas)" in out.output and "the tag's is 96" in out.output
+    assert point_json(out)["layout"]["global_batch_size"] == 48
+    out = bench("run", "--tag", "13", "--mbs", "3", "--dry-run")
+    assert out.exit_code == 2 and "the tag's global batch 1024 is no multiple of dp 4 x mbs 3" in out.output
+    grid = tmp_path / "g.yaml"
+    grid.write_text('tag: "175"\nmatrix: {nodes: [48, 192]}\n')
+    out = bench("sweep", str(grid), "--dry-run", "--no-plan")
+    assert "global batch 96 (keep-global-batch)" in out.output, out.output
+    out = bench("sweep", str(grid), "--dry-run", "--no-plan", "--batch", "keep-gas")
+    assert "global batch 48 to 192 (keep-gas; the tag's is 96)" in out.output, out.output
+    out = bench("plan", "--tag", "175", "--nodes", "48", "--top", "1")
+    assert "global batch 96 (the tag's, kept; gas follows from dp x mbs)" in out.output

@@ -79,6 +79,7 @@ def test_benchmark_rules_need_no_rules(tmp_path):
 
 
 LARGE_GRID = """tag: "175"
+batch: keep-gas
 matrix:
   nodes: [{nodes}]
   tp: [1, 2, 4, 8]
