@@ -3,9 +3,10 @@
 both against the emulated cluster."""
 
 import subprocess
+from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_bench
 
 from nlp_bench.app.doctor import FAIL, OK, doctor
 from nlp_bench.app.site_profile import detect
@@ -114,7 +115,7 @@ def test_doctor_on_this_machine_passes_and_names_a_missing_data_file(bench, monk
     point = load_benchmark().point("13")
     monkeypatch.setenv("NLP_BENCH_DATA", str(tmp_path))
     (tmp_path / "gpt2-vocab.json").write_text("{}")
-    checks = {(c.name, c.detail.split("/")[-1].split()[0]): c.status for c in doctor(point) if c.name.startswith("data")}
+    checks = {(c.name, Path(c.detail.split()[0]).name): c.status for c in doctor(point) if c.name.startswith("data")}
     assert checks[("data vocab-file", "gpt2-vocab.json")] == OK
     assert checks[("data merge-file", "gpt2-merges.txt")] == FAIL
     assert checks[("data data-path", "oscar_text_document.bin")] == FAIL
@@ -158,3 +159,67 @@ def test_doctor_checks_the_megatron_lm_checkout_for_that_trainer(bench, monkeypa
     out = bench("doctor", "--system", "local", "--trainer", "megatron-lm")
     assert out.exit_code == 0 and "pretrain_gpt.py" in out.output, out.output
     assert "megatron-lm" not in bench("doctor", "--system", "local").output  # the built-in trainer needs none
+
+
+def test_a_shipped_profile_is_refused_at_submission_with_the_key_to_change(tmp_path, monkeypatch):
+    """A fresh clone: `bench run --tag 175 --system juwels-booster` (not dry) would queue a job that cannot run
+    (account CHANGE_ME, a venv under $HOME that is not there, data under an unset $PROJECT)."""
+    monkeypatch.delenv("PROJECT", raising=False)
+    monkeypatch.delenv("NLP_BENCH_DATA", raising=False)
+    monkeypatch.delenv("NLP_BENCH_VENV", raising=False)
+    proc = run_bench("run", "--tag", "175", "--system", "juwels-booster", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("bench: error: sbatch.account of profile juwels-booster is still CHANGE_ME (edit "
+                           "slurm/systems/juwels-booster.yaml, or pass --account VALUE)")
+    assert "nothing was submitted" in line and not any((tmp_path / "results").rglob("run.json"))
+    # --dry-run writes the scripts and warns about each, with what to change
+    proc = run_bench("run", "--tag", "175", "--system", "juwels-booster", "--account", "proj", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [w for w in proc.stderr.splitlines() if w.startswith("bench: warning:")]
+    assert len(warnings) == 2 and all(w.endswith("a run without --dry-run refuses to submit") for w in warnings)
+    assert "env_setup[2] of profile juwels-booster sources" in warnings[0] and "does not exist" in warnings[0]
+    assert "data_dir of profile juwels-booster ($PROJECT/nlp-bench/data) reads $PROJECT, which is not set" in warnings[1]
+    script = next((tmp_path / "results").rglob("jobscript.sbatch")).read_text()
+    assert "#SBATCH --account=proj" in script and "CHANGE_ME" not in script
+
+
+def test_a_point_predicted_not_to_fit_is_refused_unless_forced(bench, results):
+    out = bench("run", "--tag", "13", "--tp", "1", "--pp", "1")
+    assert out.exit_code == 2
+    assert "gpt-13b_n8_tp1_pp1_mbs1_gas32 is predicted not to fit: needs 96.0 GiB per device, 40 GiB available" in out.output
+    assert "--force submits it anyway" in out.output and not list(results.rglob("run.json"))
+    out = bench("run", "--tag", "13", "--tp", "1", "--pp", "1", "--force", "--account", "p")
+    assert out.exit_code == 2 and "predicted not to fit" not in out.output  # the profile's own problems remain
+
+
+def test_slurm_options_on_the_command_line_reach_the_jobscript(bench, results):
+    out = bench("run", "--tag", "175", "--dry-run", "--account", "proj", "--partition", "develbooster", "--time",
+                "00:30:00", "--qos", "q", "--reservation", "r", "--sbatch", "constraint=a100", "--sbatch", "exclusive")
+    assert out.exit_code == 0, out.output
+    script = next(results.rglob("jobscript.sbatch")).read_text()
+    for line in ("--account=proj", "--partition=develbooster", "--time=00:30:00", "--qos=q", "--reservation=r",
+                 "--constraint=a100"):
+        assert f"#SBATCH {line}\n" in script
+    assert "#SBATCH --exclusive\n" in script
+    out = bench("run", "--tag", "175", "--dry-run", "--sbatch", "bad key=1")
+    assert out.exit_code == 2 and "'bad key' is not an sbatch option name" in out.output
+
+
+def test_the_doctor_tells_the_truth_about_the_environment_and_the_data(bench, site, monkeypatch, tmp_path):
+    """`ok python environment` beside `.venv/bin/activate: No such file or directory`; a shipped vocabulary
+    "missing (bench data preprocess writes it)"; `$PROJECT` printed unexpanded."""
+    profile = site / "slurm" / "systems" / "local.yaml"
+    profile.write_text(profile.read_text().replace("max_nodes: 1\n", "max_nodes: 8\n")
+                       + f"env_setup:\n  - source {tmp_path}/nowhere/bin/activate\ndata_dir: $PROJECT/data\n")
+    monkeypatch.delenv("PROJECT", raising=False)
+    monkeypatch.delenv("NLP_BENCH_DATA", raising=False)
+    out = bench("doctor", "--system", "local", "--tag", "13")
+    assert out.exit_code == 1
+    assert "FAIL  environment" in out.output and f"{tmp_path}/nowhere/bin/activate, which does not exist" in out.output
+    assert "ok    python environment" not in out.output
+    assert "reads $PROJECT, which is not set here" in out.output
+    monkeypatch.setenv("NLP_BENCH_DATA", str(tmp_path))
+    out = bench("doctor", "--system", "local", "--tag", "13")
+    assert "gpt2-vocab.json is missing (copy it from benchmark/data/gpt2-vocab.json)" in out.output
+    assert "oscar_text_document.bin is missing (bench data preprocess writes it)" in out.output

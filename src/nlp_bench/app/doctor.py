@@ -5,17 +5,24 @@ data that is not there, GPUs the job cannot see)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from nlp_bench.errors import SpecError
+from nlp_bench.launch.executor import job_environment
 from nlp_bench.launch.slurm_inventory import Inventory, SlurmUnavailable, read_inventory, run_command, run_on_node
 from nlp_bench.spec.benchmark import Point
 from nlp_bench.spec.systems import System
 from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
+#: what a shipped profile holds where a site must put its own value
+PLACEHOLDERS = ("CHANGE_ME", "FILL IN", "FILL_IN")
+#: files the tags name that ship with nlp-bench (benchmark/data/): a site copies them into its data folder
+SHIPPED = ("gpt2-vocab.json", "gpt2-merges.txt")
 #: what the jobscript needs of the environment its set-up lines give it (it starts torchrun from PATH)
 ENV_CHECK = ('command -v torchrun >/dev/null || { echo "torchrun not on PATH"; exit 1; }; '
              'python3 -c "import nlp_bench, torch; print(\'nlp-bench\', nlp_bench.__version__, \'torch\', torch.__version__)"')
@@ -39,17 +46,58 @@ def doctor(point: Point, on_node: bool = False) -> list[Check]:
     """Every check for the point's system (the tag's files, the profile's Slurm settings); the job on a
     compute node only when asked (it waits in the queue like any job)."""
     system = point.system
-    checks: list[Check] = []
+    checks: list[Check] = _placeholders(point)
     inventory = _slurm_checks(system, checks) if system.executor == "slurm" else None
     if inventory is None and system.executor != "slurm":
         checks.append(Check("scheduler", OK, f"executor {system.executor}: runs on this machine, no Slurm needed"))
-    checks.append(_environment(system))
+    checks += [_activation(system), _environment(system)]
     if point.trainer == MEGATRON_LM:
         checks.append(_megatron(system))
     checks += _data_files(point)
     if on_node:
         checks.append(_on_node(system, point, inventory))
     return checks
+
+
+def site_checks(point: Point) -> list[Check]:
+    """What this machine can tell, in a moment, of what the jobscript needs from the site profile: no
+    placeholder left, the environment its set-up lines activate, the data folder and the tag's files. A
+    run refuses to submit while one fails, and `--dry-run` warns."""
+    return [*_placeholders(point), _activation(point.system), *_data_files(point)]
+
+
+def _placeholders(point: Point) -> list[Check]:
+    system, where = point.system, f"slurm/systems/{point.system.name}.yaml"
+    values = {**{f"sbatch.{k}": v for k, v in {**system.sbatch, **point.sbatch}.items()},
+              **{f"env.{k}": v for k, v in system.env.items()}, "data_dir": system.data_dir,
+              **{f"env_setup[{i}]": line for i, line in enumerate(system.env_setup)}}
+    found = [Check("placeholders", FAIL, f"{key} of profile {system.name} is still {marker} (edit {where}"
+                   + (f", or pass --{key.split('.', 1)[1]} VALUE" if key.startswith("sbatch.") else "") + ")")
+             for key, value in values.items() for marker in PLACEHOLDERS if marker in str(value or "")]
+    return found or [Check("placeholders", OK, f"none left in profile {system.name}")]
+
+
+def _expand(word: str) -> str:
+    """A shell word of the set-up lines as the job's shell expands it (variables, defaults, ~)."""
+    proc = subprocess.run(["bash", "-c", f"printf %s {word}"], env=job_environment(), capture_output=True, text=True,
+                          timeout=30)
+    return proc.stdout
+
+
+def _activation(system: System) -> Check:
+    """The environment the set-up lines activate (`source .../bin/activate`) exists here: the same file
+    system the compute nodes mount, on the clusters bench knows."""
+    for index, line in enumerate(system.env_setup):
+        found = re.fullmatch(r"\s*(?:source|\.)\s+(\S+)\s*", line)
+        if found is None:
+            continue
+        path = _expand(found.group(1))
+        if not Path(path).is_file():
+            return Check("environment", FAIL, f"env_setup[{index}] of profile {system.name} sources {path or line}, "
+                                              "which does not exist (install nlp-bench there, set the variable it "
+                                              "reads, or edit env_setup)")
+        return Check("environment", OK, f"env_setup activates {path}")
+    return Check("environment", OK, "the profile activates nothing: jobs find bench's own environment on PATH")
 
 
 def _slurm_checks(system: System, checks: list[Check]) -> Inventory | None:
@@ -116,8 +164,9 @@ def _account(system: System, allowed: str) -> Check:
 
 
 def _environment(system: System) -> Check:
-    """The profile's set-up lines, then torchrun and an import of nlp_bench and torch, in a fresh shell."""
-    proc = run_command(["bash", "-c", _with_setup(system, ENV_CHECK)], 300)
+    """The profile's set-up lines, then torchrun and an import of nlp_bench and torch, in a fresh shell that
+    stops at the first line that fails (a set-up line that fails is no environment, whatever python3 finds)."""
+    proc = run_command(["bash", "-c", "set -e; " + _with_setup(system, ENV_CHECK)], 300)
     where = "the profile's env_setup" if system.env_setup else "the environment bench hands its jobs"
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     if proc.returncode != 0:
@@ -136,8 +185,15 @@ def _megatron(system: System) -> Check:
 
 def _data_files(point: Point) -> list[Check]:
     """The files the tag's training arguments name, with NLP_BENCH_DATA as the jobscript sets it."""
-    data_dir = os.environ.get("NLP_BENCH_DATA") or os.path.expandvars(os.path.expanduser(point.system.data_dir))
     flags = point.train
+    data_dir = os.environ.get("NLP_BENCH_DATA")
+    if data_dir is None:
+        unset = [v for v in re.findall(r"\$\{?(\w+)", point.system.data_dir or "") if v not in os.environ]
+        if unset and any("NLP_BENCH_DATA" in str(v) for v in flags.values()):
+            return [Check("data folder", FAIL, f"data_dir of profile {point.system.name} ({point.system.data_dir}) reads "
+                                               f"${unset[0]}, which is not set here (set it, or NLP_BENCH_DATA, or edit "
+                                               "data_dir)")]
+        data_dir = os.path.expandvars(os.path.expanduser(point.system.data_dir))
     wanted = []
     for flag in ("vocab-file", "merge-file"):
         if flags.get(flag):
@@ -150,8 +206,10 @@ def _data_files(point: Point) -> list[Check]:
     checks = []
     for flag, raw in wanted:
         path = Path(raw.replace("${NLP_BENCH_DATA}", data_dir).replace("$NLP_BENCH_DATA", data_dir))
+        fix = (f"copy it from benchmark/data/{path.name}" if path.name in SHIPPED
+               else "bench data preprocess writes it")
         checks.append(Check(f"data {flag}", OK if path.is_file() else FAIL,
-                            f"{path}" + ("" if path.is_file() else " is missing (bench data preprocess writes it)")))
+                            f"{path}" + ("" if path.is_file() else f" is missing ({fix})")))
     return checks
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import re
 import shlex
@@ -38,6 +39,10 @@ class LaunchOptions:
     hang_timeout_s: int | None = None  # None: the jobscript's default
     #: Slurm job ids the new jobs wait for (afterok): they start only if those completed
     after: str | None = None
+    #: #SBATCH options over the profile's and the tag's (--account, --partition, ..., --sbatch KEY=VALUE)
+    sbatch: tuple[tuple[str, str], ...] = ()
+    #: submit points the planner predicts not to fit in device memory
+    force: bool = False
 
     def check(self, executor: Executor) -> None:
         if self.after is not None:
@@ -174,6 +179,7 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
     from nlp_bench.sweep.grid import LAYOUT, Dropped, combinations, load_grid, outcomes
 
     grid = load_grid(grid_path)
+    options = dataclasses.replace(options, force=options.force or keep_unfit)  # --no-plan: the unfit are wanted
     limit = max_points or DEFAULT_MAX_POINTS
     if top is not None and top > limit:
         raise SpecError(f"--top {top} would write more than --max-points {limit} point folders; raise --max-points")
@@ -229,17 +235,20 @@ def _show_dropped(run: Run, log: DroppedLog, verbose: bool) -> None:
 def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], dry_run: bool,
              options: LaunchOptions, predicted: dict[str, dict] | None = None, extra: dict | None = None,
              on_write: Callable[[Path], object] | None = None, on_run: Callable[[Run], None] | None = None) -> int:
+    if options.sbatch:
+        points = [dataclasses.replace(p, sbatch={**p.sbatch, **dict(options.sbatch)}) for p in points]
     system = points[0].system
     executor = get_executor(system.executor)
     options.check(executor)
-    if not dry_run:
-        if any(p.trainer == MEGATRON_LM for p in points):
-            megatron_checkout(system.megatron_lm_repo, system.name)  # a run's points share their system
-        executor.check_available()  # fail before a workspace is written
     from nlp_bench.app.planning import predictions
 
     if predicted is None:
         predicted = predictions(results_dir, points)
+    _preflight(points, predicted, dry_run, options.force)
+    if not dry_run:
+        if any(p.trainer == MEGATRON_LM for p in points):
+            megatron_checkout(system.megatron_lm_repo, system.name)  # a run's points share their system
+        executor.check_available()  # fail before a workspace is written
 
     def write(folder: Path) -> None:
         """Everything a run holds, into the folder that becomes the run once it is complete."""
@@ -273,6 +282,29 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
             say(f"  for d in {shlex.quote(str(run.path))}/*/; do (cd \"$d\" && sbatch {JOBSCRIPT}); done")
         return 0
     return _launch(run, executor, folders, options)
+
+
+def _preflight(points: list[Point], predicted: dict[str, dict], dry_run: bool, force: bool) -> None:
+    """Before node-hours are spent: a point predicted not to fit in device memory (unless `force`), and a site
+    profile a job cannot run from as it is (a placeholder left, an environment or data file that is not
+    there), refuse the submission in one line; a dry run says the same as warnings."""
+    from nlp_bench.app.doctor import FAIL, site_checks
+
+    problems = [f"{p.id} is predicted not to fit: {predicted[p.id]['reason']} (bench plan; --force submits it anyway)"
+                for p in points if not force and p.id in predicted and not predicted[p.id]["fits"]]
+    seen = set()
+    for point in points:  # the points of a run share their system; their flags name the data
+        key = repr(sorted(point.train.items()))
+        if key not in seen:
+            seen.add(key)
+            problems += [c.detail for c in site_checks(point) if c.status == FAIL and c.detail not in problems]
+    if not problems:
+        return
+    if not dry_run:
+        more = f" (and {len(problems) - 1} more: bench run --dry-run lists them)" if len(problems) > 1 else ""
+        raise SpecError(f"{problems[0]}{more}; nothing was submitted")
+    for line in problems:
+        warn(f"bench: warning: {line}; a run without --dry-run refuses to submit")
 
 
 def _batches(points: list[Point]) -> str:

@@ -16,8 +16,38 @@ _BATCH = click.option(
          "runs did).")
 
 
+#: the #SBATCH options a run may set over its profile's, each with its own option
+SLURM_OPTIONS = ("account", "partition", "time", "qos", "reservation")
+
+
+def slurm_options(command):
+    """#SBATCH options over the profile's and the tag's, for this run's jobs."""
+    for name in reversed(SLURM_OPTIONS):
+        command = click.option(f"--{name}", f"slurm_{name}", default=None, metavar="VALUE",
+                               help=f"#SBATCH --{name} for these jobs (over the profile's sbatch.{name}).")(command)
+    command = click.option("--sbatch", "sbatch_items", multiple=True, metavar="KEY=VALUE",
+                           help="Any other #SBATCH option for these jobs, e.g. --sbatch constraint=a100 "
+                                "(repeatable; KEY alone for a switch).")(command)
+    return click.option("--force", is_flag=True,
+                        help="Submit points the planner predicts not to fit in device memory.")(command)
+
+
+def sbatch_overrides(sbatch_items: tuple[str, ...], **named: str | None) -> tuple[tuple[str, str], ...]:
+    """The #SBATCH options given on the command line, checked as the profile's are."""
+    from nlp_bench.spec.systems import check_sbatch_option
+
+    found = {key.removeprefix("slurm_"): value for key, value in named.items() if value is not None}
+    for item in sbatch_items:
+        key, sep, value = item.partition("=")
+        found[key.strip()] = value if sep else True
+    for key, value in found.items():
+        check_sbatch_option(key, value, "--sbatch")
+    return tuple(found.items())
+
+
 def launch_options(command):
     """Options `run` and `sweep` share about how their jobs start and are watched."""
+    command = slurm_options(command)
     command = click.option(
         "--trainer", type=click.Choice(TRAINERS), default=None,
         help="What trains: the built-in trainer or Megatron-LM's pretrain_gpt.py (the checkout from the system "
@@ -60,14 +90,18 @@ def _resume_takes_no(**given) -> None:
 @launch_options
 @click.pass_context
 def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, batch, global_batch_size, dry_run,
-        wait_, hang_timeout, after, trainer, resume_ref) -> None:
-    """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm)."""
+        wait_, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
+    """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm). A point the
+    planner predicts not to fit, or a site profile a job cannot run from as it is, is refused (--dry-run
+    warns)."""
     from nlp_bench.app.execute import LaunchOptions, execute_run, resume
 
-    options = LaunchOptions(wait_, hang_timeout, after)
+    sbatch = sbatch_overrides(sbatch_items, **slurm)
+    options = LaunchOptions(wait_, hang_timeout, after, sbatch, force)
     if resume_ref:
         _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch,
                          global_batch_size=global_batch_size, hang_timeout=hang_timeout, trainer=trainer,
+                         sbatch=" ".join(k for k, _ in sbatch) or None,
                          benchmark=None if benchmark_name == "nlp" else benchmark_name)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     ctx.exit(execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
@@ -93,14 +127,16 @@ def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas
 @launch_options
 @click.pass_context
 def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, top, no_plan,
-          batch, wait_, hang_timeout, after, trainer, resume_ref) -> None:
+          batch, wait_, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints), or --resume RUN."""
     from nlp_bench.app.execute import LaunchOptions, execute_sweep, resume
 
-    options = LaunchOptions(wait_, hang_timeout, after)
+    sbatch = sbatch_overrides(sbatch_items, **slurm)
+    options = LaunchOptions(wait_, hang_timeout, after, sbatch, force)
     if resume_ref:
         _resume_takes_no(grid=grid, tag=tag, system=system, max_points=max_points, no_rules=no_rules or None,
-                         hang_timeout=hang_timeout, top=top, no_plan=no_plan or None, trainer=trainer, batch=batch)
+                         hang_timeout=hang_timeout, top=top, no_plan=no_plan or None, trainer=trainer, batch=batch,
+                         sbatch=" ".join(k for k, _ in sbatch) or None)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     if grid is None:
         raise click.UsageError("give a GRID file, or --resume RUN")
