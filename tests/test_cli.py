@@ -1,6 +1,7 @@
 """User errors are one line and exit 2; `bench --help` stays light."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -152,7 +153,7 @@ def test_the_global_batch_is_one_shown_choice_for_run_sweep_and_plan(bench, resu
     import json
 
     def point_json(out) -> dict:
-        run = out.output.split("run ", 1)[1].split(":", 1)[0]
+        run = re.search(r"^run (\S+):", out.output, re.M).group(1)
         return json.loads(next((results / "nlp" / run).glob("*/point.json")).read_text())
 
     out = bench("run", "--tag", "175", "--nodes", "48", "--dry-run")

@@ -248,7 +248,7 @@ def test_pretty_table_fits_the_terminal_and_names_what_it_left_out(bench, result
     assert out.exit_code == 0, out.output
     assert max(len(line) for line in out.output.splitlines()) <= width, out.output
     rows = _table_rows(out.output)
-    assert len(rows) == 8 and all("13" in row for row in rows), out.output  # one line per point, none wrapped
+    assert len(rows) == len(set(rows)) == 8, out.output  # one line per point, none wrapped, each told apart
     note = " ".join(out.output.split("left out: ")[1].split())
     left_out = note.split(" (")[0].split(", ")
     assert {"point", "run", "failure_class"} <= set(left_out) and "--wide" in note
@@ -345,3 +345,32 @@ def test_filter_sort_and_columns_take_one_spelling(bench, results):
     both = [bench("result", "table", "--all", "--format", "csv", "--filter", f"{name} > 1000", "--sort", f"-{name}",
                   "--columns", f"point,{name}").output for name in ("Tokens/sec", "Tokens_sec")]
     assert both[0] == both[1] and len(both[0].splitlines()) == 2 and both[0].startswith("point,Tokens/sec")
+
+
+def test_at_80_columns_the_rows_of_a_sweep_are_told_apart(bench, results, tmp_path, monkeypatch):
+    """At 80 columns the table dropped DP, MBS, GAS, the batch, the state and the point: the four rows of the
+    smoke sweep looked identical."""
+    (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {gas: [1, 2, 4, 8]}\n")
+    assert bench("sweep", str(tmp_path / "g.yaml"), "--dry-run").exit_code == 0
+    for folder in results.glob("nlp/*/*/"):
+        if (folder / "point.json").is_file():
+            (folder / "job.out").write_text(" iteration        5/      40 | elapsed time per iteration (s): 1.0000 | "
+                                            "global batch size:     4 | lm loss: 1.0E+01 |\n")
+            record_job(folder, states.COMPLETED, executor="local", job_id="1", exit_code=0)
+    monkeypatch.setenv("COLUMNS", "80")
+    out = bench("result", "table").output
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    rows = _table_rows(out)
+    assert len(rows) == 4 and len(set(rows)) == 4 and "GAS" in out, out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_plan_and_compare_fit_the_terminal(bench, results, tmp_path, monkeypatch, width):
+    _completed_175b(bench, results)
+    monkeypatch.setenv("COLUMNS", str(width))
+    for args in (["plan", "--tag", "175"], ["plan", "--tag", "13", "--top", "20"], ["plan", "target", "560"],
+                 ["result", "compare"], ["result", "compare", "--reference", "jupiter"]):
+        out = bench(*args)
+        assert out.exit_code == 0, out.output
+        assert max(len(line) for line in out.output.splitlines()) <= width, (args, out.output)
+    assert "tokens/s" in bench("plan", "--tag", "175").output and "point" in bench("result", "compare").output

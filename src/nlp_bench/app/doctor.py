@@ -78,9 +78,13 @@ def _placeholders(point: Point) -> list[Check]:
 
 
 def _expand(word: str) -> str:
-    """A shell word of the set-up lines as the job's shell expands it (variables, defaults, ~)."""
-    proc = subprocess.run(["bash", "-c", f"printf %s {word}"], env=job_environment(), capture_output=True, text=True,
-                          timeout=30)
+    """A shell word of the set-up lines as the job's shell expands it (variables, defaults, ~); Python's
+    expansion of variables and ~ where no bash is on PATH."""
+    try:
+        proc = subprocess.run(["bash", "-c", f"printf %s {word}"], env=job_environment(), capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return os.path.expanduser(os.path.expandvars(word))
     return proc.stdout
 
 

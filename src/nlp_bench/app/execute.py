@@ -240,15 +240,15 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
     system = points[0].system
     executor = get_executor(system.executor)
     options.check(executor)
+    if not dry_run:
+        executor.check_available()  # fail before anything is written
+        if any(p.trainer == MEGATRON_LM for p in points):
+            megatron_checkout(system.megatron_lm_repo, system.name)  # a run's points share their system
     from nlp_bench.app.planning import predictions
 
     if predicted is None:
         predicted = predictions(results_dir, points)
     _preflight(points, predicted, dry_run, options.force)
-    if not dry_run:
-        if any(p.trainer == MEGATRON_LM for p in points):
-            megatron_checkout(system.megatron_lm_repo, system.name)  # a run's points share their system
-        executor.check_available()  # fail before a workspace is written
 
     def write(folder: Path) -> None:
         """Everything a run holds, into the folder that becomes the run once it is complete."""

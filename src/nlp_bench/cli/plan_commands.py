@@ -67,6 +67,7 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
     from nlp_bench.app import planning
     from nlp_bench.fsio import dumps
     from nlp_bench.report.plan_text import render_plan
+    from nlp_bench.report.table import terminal_width
 
     if validate_:
         if runs or calibrate_ or target_seconds is not None:
@@ -92,7 +93,7 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
     if as_json:
         click.echo(dumps([{**p.to_dict(), "calibrated": calibrated} for p in good + pruned[:top]]))
     else:
-        click.echo(render_plan(good, pruned, calibrated, base, top), nl=False)
+        click.echo(render_plan(good, pruned, calibrated, base, top, terminal_width()), nl=False)
     ctx.exit(0 if good else 1)
 
 
@@ -100,12 +101,13 @@ def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, spa
     from nlp_bench.app import planning
     from nlp_bench.fsio import dumps
     from nlp_bench.report.plan_text import render_target
+    from nlp_bench.report.table import terminal_width
 
     best, calibrated, base = planning.target(ctx.obj["results_dir"], benchmark_name, tag, system, space, seconds)
     if as_json:
         click.echo(dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated}]))
     else:
-        click.echo(render_target(best, seconds, calibrated, base), nl=False)
+        click.echo(render_target(best, seconds, calibrated, base, terminal_width()), nl=False)
     ctx.exit(0 if best is not None else 1)
 
 

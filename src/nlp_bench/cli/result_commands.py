@@ -68,6 +68,7 @@ def compare_reference(ctx: click.Context, run_ref: str | None, reference_name: s
     from nlp_bench.analysis.reference import compare, reference_rows
     from nlp_bench.app.views import View
     from nlp_bench.report.compare import render_comparison
+    from nlp_bench.report.table import terminal_width
 
     if trainers and baseline_ref:
         raise click.UsageError("--trainers and --baseline: give one")
@@ -81,8 +82,8 @@ def compare_reference(ctx: click.Context, run_ref: str | None, reference_name: s
         return
     view = View(ctx.obj["results_dir"])
     run_ = view.run(run_ref)
-    click.echo(render_comparison(_of_run(run_, compare, view.rows(run_), reference_rows(reference_name)), fmt),
-               nl=False)
+    click.echo(render_comparison(_of_run(run_, compare, view.rows(run_), reference_rows(reference_name)), fmt,
+                                 width=terminal_width()), nl=False)
     view.tell()
 
 
@@ -104,10 +105,12 @@ def compare_trainers(ctx: click.Context, run_ref: str | None, fmt: str) -> None:
     from nlp_bench.analysis.side_by_side import TRAINER_COLUMNS, compare_trainers
     from nlp_bench.app.views import View
     from nlp_bench.report.compare import render_comparison
+    from nlp_bench.report.table import terminal_width
 
     view = View(ctx.obj["results_dir"])
     run_ = view.run(run_ref)
-    click.echo(render_comparison(_of_run(run_, compare_trainers, view.rows(run_)), fmt, TRAINER_COLUMNS), nl=False)
+    click.echo(render_comparison(_of_run(run_, compare_trainers, view.rows(run_)), fmt, TRAINER_COLUMNS,
+                                 terminal_width()), nl=False)
     view.tell()
 
 
@@ -122,6 +125,7 @@ def compare_baseline(ctx: click.Context, baseline_ref: str, run_ref: str | None,
     from nlp_bench.analysis.run_diff import compare_runs, point_runs
     from nlp_bench.app.views import View
     from nlp_bench.report.compare import render_changes
+    from nlp_bench.report.table import terminal_width
 
     view = View(ctx.obj["results_dir"])
     run_, base = view.run(run_ref), view.run(baseline_ref)
@@ -130,7 +134,7 @@ def compare_baseline(ctx: click.Context, baseline_ref: str, run_ref: str | None,
     changes = compare_runs(point_runs(run_), point_runs(base))
     if not changes:
         raise BenchError(f"runs {run_.id} and {base.id} share no point (same model, layout and trainer)")
-    click.echo(render_changes(changes, fmt), nl=False)
+    click.echo(render_changes(changes, fmt, terminal_width()), nl=False)
     view.tell()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlp_bench.fsio import dumps
+from nlp_bench.report.fit import fitted
 
 COMPARISON_COLUMNS = ["point", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS", "Tokens/sec",
            "time_to_report_in_seconds", "verdict", "reference", "ref_Tokens/sec", "ratio", "ratio_per_device"]
@@ -18,7 +19,17 @@ def format_cell(column: str, value: Any) -> str:
     return f"{value:.{_DIGITS[column]}f}" if column in _DIGITS else str(value)
 
 
-def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] = COMPARISON_COLUMNS) -> str:
+#: what a narrow terminal keeps, most needed first: the point, the figures and the verdict
+_WANTED = ["point", "model", "Tokens/sec", "ratio", "verdict", "builtin/megatron-lm", "builtin_Tokens/sec",
+           "megatron-lm_Tokens/sec", "time_to_report_in_seconds", "ratio_per_device", "reference", "ref_Tokens/sec",
+           "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS"]
+#: what tells the rows apart where their values differ
+_IDENTITY = ["point", "system", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "MBS", "GAS"]
+
+
+def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] = COMPARISON_COLUMNS,
+                      width: int | None = None) -> str:
+    """The comparison in `fmt`; the pretty table keeps the columns that fit `width`."""
     if fmt == "json":
         return dumps([{c: r[c] for c in columns} for r in rows]) + "\n"
     import pandas as pd
@@ -29,11 +40,12 @@ def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] =
     from tabulate import tabulate
 
     shown = [[format_cell(c, r[c]) for c in columns] for r in rows]
-    style = "github" if fmt == "md" else "simple"
-    return tabulate(shown, headers=columns, tablefmt=style, disable_numparse=True) + "\n"
+    if fmt == "md":
+        return tabulate(shown, headers=columns, tablefmt="github", disable_numparse=True) + "\n"
+    return fitted(columns, shown, width, [c for c in _WANTED if c in columns], [c for c in _IDENTITY if c in columns])
 
 
-def render_changes(changes: list, fmt: str) -> str:
+def render_changes(changes: list, fmt: str, width: int | None = None) -> str:
     """`compare baseline`: the ratio per point with its interval, and under each change beyond the noise
     what differs in its provenance."""
     if fmt == "json":
@@ -51,7 +63,11 @@ def render_changes(changes: list, fmt: str) -> str:
         return pd.DataFrame(rows, columns=columns).to_csv(index=False)
     from tabulate import tabulate
 
-    text = tabulate(rows, headers=columns, tablefmt="github" if fmt == "md" else "simple", disable_numparse=True) + "\n"
+    if fmt == "md":
+        text = tabulate(rows, headers=columns, tablefmt="github", disable_numparse=True) + "\n"
+    else:
+        text = fitted(columns, rows, width, ["point", "ratio", "verdict", "95% CI", "Tokens/sec",
+                                             "baseline Tokens/sec"], ["point"])
     for change in changes:
         if change.differences:
             text += f"\n{change.point}: {change.verdict} ({change.ratio:.3f}x); differs from the baseline in:\n"

@@ -3,10 +3,18 @@ and a calibration's fit."""
 
 from __future__ import annotations
 
+import textwrap
+
 from tabulate import tabulate
+
+from nlp_bench.report.fit import fitted, wrap
 
 HEADERS = ["nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "GBS", "recompute", "dist-opt", "GiB/device",
            "tokens/s", "interval", "time_to_report s", "corpus"]
+#: the columns a narrow terminal keeps, most needed first (the layout's varying sizes come before all)
+_WANTED = ["tokens/s", "time_to_report s", "tp", "pp", "mbs", "gas", "nodes", "vp", "GiB/device", "recompute",
+           "dp", "dist-opt", "GBS", "interval", "corpus"]
+_IDENTITY = ["nodes", "tp", "pp", "vp", "mbs", "gas", "recompute", "dist-opt", "GBS"]
 
 
 def _row(p) -> list:
@@ -19,22 +27,26 @@ def _row(p) -> list:
             "EXTRAPOLATED" if d["extrapolated"] else "inside"]
 
 
-def _legend(shown: list) -> str:
-    out = ("interval: where the measured tokens/s lies if the planner errs as it did on its published corpus "
-           "(5th-95th percentile of the leave-one-out errors, `bench plan validate`)\n")
+def _legend(shown: list, width: int | None) -> str:
+    out = wrap("interval: where the measured tokens/s lies if the planner errs as it did on its published corpus "
+               "(5th-95th percentile of the leave-one-out errors, `bench plan validate`)", width) + "\n"
     far = next((p for p in shown if p.extrapolated), None)
     if far is not None:
-        out += f"EXTRAPOLATED: outside the corpus ({'; '.join(far.outside)}): trust the interval less\n"
+        out += wrap(f"EXTRAPOLATED: outside the corpus ({'; '.join(far.outside)}): trust the interval less", width) + "\n"
     return out
 
 
-def _basis(calibrated: bool, base) -> str:
+def _table(shown: list, width: int | None) -> str:
+    return fitted(HEADERS, [_row(p) for p in shown], width, _WANTED, _IDENTITY)
+
+
+def _basis(calibrated: bool, base, width: int | None = None) -> str:
     how = ("calibrated on this system's measured runs (bench plan calibrate)" if calibrated else
            "from the fit on the published corpus (not calibrated on this system; see `bench plan calibrate`)")
     memory = (f"{base.system.device_memory_gib:g} GiB each" if base.system.device_memory_gib is not None
               else "device memory not in the profile")
-    return (f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
-            f"{base.system.device_name or base.system.device}, {memory}); predictions {how}\n")
+    return wrap(f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
+                f"{base.system.device_name or base.system.device}, {memory}); predictions {how}", width) + "\n"
 
 
 def _batch(shown: list, base) -> str:
@@ -47,36 +59,39 @@ def _batch(shown: list, base) -> str:
     return f"global batch {listed} (decided by the gas kept or pinned, or the batch given; the tag's is {tag})\n"
 
 
-def render_plan(good: list, pruned: list, calibrated: bool, base, top: int) -> str:
-    out = [_basis(calibrated, base)]
+def render_plan(good: list, pruned: list, calibrated: bool, base, top: int, width: int | None = None) -> str:
+    """The ranked layouts, then what was pruned and why; with a `width`, every line fits it."""
+    out = [_basis(calibrated, base, width)]
     if good or pruned:
-        out.append(_batch(good or pruned, base))
+        out.append(wrap(_batch(good or pruned, base).rstrip("\n"), width) + "\n")
     if good:
-        out.append(tabulate([_row(p) for p in good], headers=HEADERS, disable_numparse=True) + "\n")
-        out.append(_legend(good))
+        out.append(_table(good, width))
+        out.append(_legend(good, width))
     else:
         out.append("no layout both runs and fits in device memory; the pruned ones below say why\n")
     if pruned:
         memory = sum(1 for p in pruned if "GiB" in p.reason)
-        out.append(f"pruned {len(pruned)} layout(s): {memory} do not fit in device memory"
-                   + (f", {len(pruned) - memory} cannot run the model" if len(pruned) > memory else "") + "\n")
+        out.append(wrap(f"pruned {len(pruned)} layout(s): {memory} do not fit in device memory"
+                        + (f", {len(pruned) - memory} cannot run the model" if len(pruned) > memory else ""), width)
+                   + "\n")
         for p in pruned[:min(top, 5)]:
             d = p.to_dict()
-            out.append(f"  tp {d['tp']} pp {d['pp']} vp {d['vp']} mbs {d['mbs']} gas {d['gas']} recompute "
-                       f"{d['recompute']} dist-opt {'on' if d['distributed_optimizer'] else 'off'}: {p.reason}"
-                       + (f" (it would reach {d['tokens_per_s']:,.0f} tokens/s)" if d["tokens_per_s"] else "") + "\n")
+            line = (f"tp {d['tp']} pp {d['pp']} vp {d['vp']} mbs {d['mbs']} gas {d['gas']} recompute "
+                    f"{d['recompute']} dist-opt {'on' if d['distributed_optimizer'] else 'off'}: {p.reason}"
+                    + (f" (it would reach {d['tokens_per_s']:,.0f} tokens/s)" if d["tokens_per_s"] else ""))
+            out.append(textwrap.indent(wrap(line, width and width - 2), "  ") + "\n")
     return "".join(out)
 
 
-def render_target(best, seconds: float, calibrated: bool, base) -> str:
-    out = [_basis(calibrated, base)]
+def render_target(best, seconds: float, calibrated: bool, base, width: int | None = None) -> str:
+    out = [_basis(calibrated, base, width)]
     if best is None:
         limit = base.system.max_nodes
         out.append(f"no node count up to {limit} reaches time_to_report <= {seconds:g} s\n")
         return "".join(out)
     out.append(f"fewest nodes for time_to_report <= {seconds:g} s: {best.candidate.nodes}\n")
-    out.append(tabulate([_row(best)], headers=HEADERS, disable_numparse=True) + "\n")
-    out.append(_legend([best]))
+    out.append(_table([best], width))
+    out.append(_legend([best], width))
     return "".join(out)
 
 

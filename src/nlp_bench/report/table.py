@@ -26,6 +26,9 @@ PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Toke
             "Avg_TFLOPs/GPU", "Batch_Size", "Iterations", "system", "JobID", "Job_Time", "queue", "version",
             "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec")
 _PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
+#: the columns that tell rows apart: those whose values differ between the rows shown go before all others
+_IDENTITY = ("system", "trainer", "Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "DP", "MBS", "GAS",
+             "Batch_Size", "state", "run")
 #: what rich's SIMPLE_HEAD box adds around n columns of content: one space of padding on each side of every
 #: cell and an edge of one character between and around them (measured: n columns take sum(widths) + 3n + 1)
 CELL_EXTRA, EDGE = 3, 1
@@ -116,10 +119,14 @@ def _content_width(rows: list[dict[str, Any]], column: str) -> int:
 
 
 def fit_columns(rows: list[dict[str, Any]], width: int | None) -> ColumnChoice:
-    """The default columns that fit `width` (None: no limit), kept by PRIORITY (a column too wide for what is
-    left gives way to narrower ones after it), shown in the published order."""
+    """The default columns that fit `width` (None: no limit): first those of _IDENTITY whose values differ
+    between the rows (else the point, where rows would look alike), then by PRIORITY (a column too wide for
+    what is left gives way to narrower ones after it); shown in the published order."""
     predicted = any(row.get(_PREDICTED[0]) is not None for row in rows)
-    wanted = [c for c in PRIORITY if predicted or c not in _PREDICTED]
+    differ = [c for c in _IDENTITY if len({format_cell(c, row.get(c)) for row in rows}) > 1]
+    if len(rows) > 1 and not differ:
+        differ = ["point"]
+    wanted = [*differ, *(c for c in PRIORITY if (predicted or c not in _PREDICTED) and c not in differ)]
     kept, used = [], EDGE
     for column in wanted:
         need = _content_width(rows, column) + CELL_EXTRA
