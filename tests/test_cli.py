@@ -172,3 +172,19 @@ def test_the_global_batch_is_one_shown_choice_for_run_sweep_and_plan(bench, resu
     assert "global batch 48 to 192 (keep-gas; the tag's is 96)" in out.output, out.output
     out = bench("plan", "--tag", "175", "--nodes", "48", "--top", "1")
     assert "global batch 96 (the tag's, kept; gas follows from dp x mbs)" in out.output
+
+
+def test_a_sweep_says_why_each_point_was_dropped_in_the_users_words(bench, results):
+    """The shipped 13B grid's drops named internal rules ("by tp-pp-world") or "integer division or modulo by
+    zero", and `-v` added nothing: each dropped point is now listed with its reason, all of them with -v."""
+    grid = str(ROOT / "benchmark" / "grids" / "13b-tp-pp-mbs.yaml")
+    short = bench("sweep", grid, "--dry-run")
+    assert short.exit_code == 0, short.output
+    total = int(re.search(r"points, (\d+) dropped", short.output).group(1))
+    assert total > 10 and f"and {total - 10} more (--verbose lists them" in short.output
+    full = bench("sweep", grid, "--dry-run", "-v")
+    dropped = [line for line in full.output.splitlines() if line.strip().startswith("dropped nodes=")]
+    assert len(dropped) == total, full.output
+    assert any("tp 8 x pp 8 = 64 devices per replica, more than the 32 that 8 node(s) have" in d for d in dropped)
+    assert any(re.search(r"needs [\d.]+ GiB per device, 40 GiB available", d) for d in dropped)
+    assert "tp-pp-world" not in full.output and "division" not in full.output

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import subprocess
 
 import pytest
 from conftest import DATA, record_job
@@ -337,6 +338,20 @@ def test_exports_open_where_they_go(bench, results, tmp_path):
     md_row = [c.strip() for c in files["md"].read_text().splitlines()[2].strip("|").split("|")]
     assert "" in md_row and "-" not in md_row
     assert any(c == "" for c in cells[1])
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no pdflatex (Debian: texlive-latex-base and "
+                    "texlive-latex-recommended; .ci/run installs them)")
+def test_the_tex_export_compiles(bench, results, tmp_path):
+    """pdflatex stopped at the first unescaped `_` of the tex export; the parser above checks the cells, this the
+    whole: the table, `\\input` into a document with booktabs, must make a PDF."""
+    _completed_175b(bench, results)
+    assert bench("result", "export", "--format", "tex", "-o", str(tmp_path / "table.tex")).exit_code == 0
+    (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+                                      "\\tiny\n\\input{table.tex}\n\\end{document}\n")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and (tmp_path / "doc.pdf").stat().st_size > 1000, proc.stdout[-3000:]
 
 
 def test_filter_sort_and_columns_take_one_spelling(bench, results):

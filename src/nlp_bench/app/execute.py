@@ -21,6 +21,7 @@ from nlp_bench.launch.refresher import Refresher
 from nlp_bench.launch.render import render_compile_script, render_jobscript
 from nlp_bench.report.console import progress_bar, say, warn
 from nlp_bench.report.table import render, terminal_width
+from nlp_bench.spec.batch import HOW_WORDS
 from nlp_bench.spec.benchmark import Point, load_benchmark
 from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
 from nlp_bench.store import locks, states
@@ -312,7 +313,7 @@ def _batches(points: list[Point]) -> str:
     if len(points) == 1 and points[0].batch is not None:
         return points[0].batch.words()
     sizes = sorted({p.layout.global_batch_size for p in points})
-    hows = sorted({p.batch.how for p in points if p.batch is not None})
+    hows = sorted({HOW_WORDS[p.batch.how] for p in points if p.batch is not None})
     shown = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
     tag = points[0].batch.tag_global_batch_size if points[0].batch is not None else None
     beside = f"; the tag's is {tag}" if tag is not None and sizes != [tag] else ""

@@ -28,6 +28,11 @@ def check_rule(rule: str, where: str = "--batch") -> str:
     return rule
 
 
+#: what decided a batch, in the words a summary of many points uses
+HOW_WORDS = {KEEP_GLOBAL_BATCH: KEEP_GLOBAL_BATCH, KEEP_GAS: KEEP_GAS, "gas": "gas given, the batch follows dp x mbs",
+             "global batch": "global batch given"}
+
+
 @dataclass(frozen=True)
 class BatchChoice:
     """How a point's global batch came about, for the line every command prints."""
