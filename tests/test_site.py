@@ -2,6 +2,7 @@
 `bench doctor` (what a first run needs). These run on recorded scontrol output; tests/test_slurm.py runs
 both against the emulated cluster."""
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -218,6 +219,7 @@ def test_the_doctor_tells_the_truth_about_the_environment_and_the_data(bench, si
     assert out.exit_code == 1
     assert "FAIL  environment" in out.output and f"{tmp_path}/nowhere/bin/activate, which does not exist" in out.output
     assert "ok    python environment" not in out.output
+    assert re.search(r"FAIL  python environment .*\(run the doctor on a login node of the site", out.output)
     assert "reads $PROJECT, which is not set here" in out.output
     monkeypatch.setenv("NLP_BENCH_DATA", str(tmp_path))
     out = bench("doctor", "--system", "local", "--tag", "13")

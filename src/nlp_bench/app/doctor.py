@@ -174,7 +174,10 @@ def _environment(system: System) -> Check:
     where = "the profile's env_setup" if system.env_setup else "the environment bench hands its jobs"
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     if proc.returncode != 0:
-        return Check("python environment", FAIL, f"{where}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+        said = lines[-1] if lines else f"exit {proc.returncode}"
+        fix = ("run the doctor on a login node of the site, where its modules load, or edit env_setup"
+               if system.env_setup else "install nlp-bench and torch in the environment bench runs from")
+        return Check("python environment", FAIL, f"{where}: {said} ({fix})")
     return Check("python environment", OK, f"{where}: {lines[-1] if lines else ''}")
 
 
