@@ -1,6 +1,8 @@
 """The local executor runs a jobscript as a one-node Slurm job and records what happened."""
 
 import os
+import subprocess
+import sys
 import time
 
 from conftest import job
@@ -62,6 +64,24 @@ def test_cancel_kills_the_whole_job(tmp_path):
     except ProcessLookupError:
         alive = False
     assert not alive, "the job's children must die with it"
+
+
+def test_a_cancel_from_another_bench_is_recorded_as_such_whoever_sees_the_end_first(tmp_path):
+    """`bench cancel` of a sweep's running job: the sweep's own bench saw the job's shell exit 143 on SIGTERM
+    and recorded FAILED before the cancel could record CANCELLED (seen on a loaded machine)."""
+    # the job's shell ends at once on SIGTERM; a child that ignores it keeps the canceller waiting for its tree
+    folder = _point(tmp_path, "(trap '' TERM; exec sleep 300) &\ntrap 'exit 143' TERM\nwhile :; do sleep 0.05; done\n")
+    owner = LocalExecutor()  # the sweep's bench, which holds the job's process; `bench cancel` is another
+    owner.submit(folder)
+    proc = owner._children[job(folder).job_id]
+    stopper = subprocess.Popen([sys.executable, "-c", "import sys; from nlp_bench.launch import local; local.TERM_GRACE_S = 2; "
+                                "local.LocalExecutor().cancel(sys.argv[1])", str(folder)])
+    proc.wait(timeout=30)  # the job has ended; the canceller may still be making sure of its whole tree
+    assert owner.poll(folder) == states.CANCELLED
+    assert stopper.wait(timeout=60) == 0
+    info = job(folder)
+    assert (info.state, info.exit_code, info.failure_class) == (states.CANCELLED, 143, "cancelled")
+    assert [h["state"] for h in info.history][-1] == states.CANCELLED
 
 
 def test_another_process_learns_the_outcome_from_the_log(tmp_path):

@@ -23,6 +23,7 @@ from nlp_bench.launch.outcome import finish
 from nlp_bench.store import locks, protocol, states
 from nlp_bench.store.names import JOB_ERR, JOB_OUT, JOB_PID, JOBSCRIPT, OUTPUTS, SUBMITTED
 from nlp_bench.store.point_folder import PointDir, sha256
+from nlp_bench.store.records import now_iso
 
 #: seconds a cancelled job gets to stop after SIGTERM (torchrun passes it on to its ranks), then SIGKILL
 TERM_GRACE_S = 15.0
@@ -215,6 +216,8 @@ class LocalExecutor:
             # is not reused while its session lives), so nothing is signalled
             self.poll(point_dir)
             return Cancelled(True, f"job {pid} had already ended ({point.attempt().state})")
+        # recorded first: the bench that waits for this job may see it end before this cancel can say why
+        point.update(number=attempt.number, cancel_requested=now_iso())
         tree = _process_tree(pid)
         for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
             for target, start in tree.items():

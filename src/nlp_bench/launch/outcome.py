@@ -40,6 +40,8 @@ def finish(point_dir: Path, state: str, exit_code: int | None, *, number: int | 
     current = point.attempt()
     if current is None or current.state in states.TERMINAL:
         return current
+    if current.cancel_requested and state != states.COMPLETED:  # the job's own end, seen first, of a cancel
+        state = states.CANCELLED
     failure, detail = failures.classify(state, exit_code, output_text(point_dir))
     if failure is not None and state == states.COMPLETED:
         state = states.FAILED

@@ -454,6 +454,8 @@ class SlurmExecutor:
         complaint = proc.stderr.decode(errors="replace").strip()
         if proc.returncode != 0 and not re.search(r"already complet|Invalid job id", complaint, re.I):
             return Cancelled(False, f"scancel refused: {complaint}")
+        if proc.returncode == 0:  # a job's end seen from its log alone (no accounting) is then the cancel's
+            point.update(number=attempt.number, cancel_requested=now_iso())
         deadline = time.monotonic() + CANCEL_CONFIRM_S
         left = ids
         while True:

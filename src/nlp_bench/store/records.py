@@ -199,6 +199,8 @@ class Attempt:
     consumed_energy_j: float | None = None
     #: since when the scheduler has answered that it does not know the job (it becomes LOST later)
     unseen_since: str | None = None
+    #: when `bench cancel` began to stop the job: an end it then sees, other than completing, is the cancel's
+    cancel_requested: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -243,7 +245,8 @@ _ATTEMPT_FIELDS: dict[str, tuple[type, ...]] = {
     "job_id": _TEXT, "chain_job_ids": (list,), "job_names": (list,), "process": (dict, type(None)),
     "scripts_sha256": (dict,), "submitted": _TEXT, "started": _TEXT, "finished": _TEXT, "times_from": _TEXT,
     "exit_code": (int, type(None)), "failure_class": _TEXT, "failure_detail": _TEXT,
-    "consumed_energy_j": (int, float, type(None)), "unseen_since": _TEXT, "history": (list,),
+    "consumed_energy_j": (int, float, type(None)), "unseen_since": _TEXT, "cancel_requested": _TEXT,
+    "history": (list,),
 }
 
 
