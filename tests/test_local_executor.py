@@ -1,6 +1,7 @@
 """The local executor runs a jobscript as a one-node Slurm job and records what happened."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -70,14 +71,21 @@ def test_a_cancel_from_another_bench_is_recorded_as_such_whoever_sees_the_end_fi
     """`bench cancel` of a sweep's running job: the sweep's own bench saw the job's shell exit 143 on SIGTERM
     and recorded FAILED before the cancel could record CANCELLED (seen on a loaded machine)."""
     # the job's shell ends at once on SIGTERM; a child that ignores it keeps the canceller waiting for its tree
-    folder = _point(tmp_path, "(trap '' TERM; exec sleep 300) &\ntrap 'exit 143' TERM\nwhile :; do sleep 0.05; done\n")
+    # (its grace period, 15 s) until the test, having seen the owner record the end, kills that child
+    folder = _point(tmp_path, "(trap '' TERM; exec sleep 300) &\necho $! > stubborn.pid\n"
+                              "trap 'exit 143' TERM\nwhile :; do sleep 0.05; done\n")
     owner = LocalExecutor()  # the sweep's bench, which holds the job's process; `bench cancel` is another
     owner.submit(folder)
     proc = owner._children[job(folder).job_id]
-    stopper = subprocess.Popen([sys.executable, "-c", "import sys; from nlp_bench.launch import local; local.TERM_GRACE_S = 2; "
-                                "local.LocalExecutor().cancel(sys.argv[1])", str(folder)])
-    proc.wait(timeout=30)  # the job has ended; the canceller may still be making sure of its whole tree
+    stubborn, until = folder / "stubborn.pid", time.monotonic() + 30
+    while not (stubborn.is_file() and stubborn.read_text().endswith("\n")):  # the whole pid, not a part
+        assert time.monotonic() < until, "the job never started its child"
+        time.sleep(0.05)
+    stopper = subprocess.Popen([sys.executable, "-c", "import sys; from nlp_bench.launch.local import LocalExecutor; "
+                                "LocalExecutor().cancel(sys.argv[1])", str(folder)])
+    proc.wait(timeout=30)  # the job's shell has ended; the canceller still waits for the stubborn child
     assert owner.poll(folder) == states.CANCELLED
+    os.kill(int(stubborn.read_text()), signal.SIGKILL)
     assert stopper.wait(timeout=60) == 0
     info = job(folder)
     assert (info.state, info.exit_code, info.failure_class) == (states.CANCELLED, 143, "cancelled")
