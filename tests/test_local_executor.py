@@ -83,10 +83,13 @@ def test_a_cancel_from_another_bench_is_recorded_as_such_whoever_sees_the_end_fi
         time.sleep(0.05)
     stopper = subprocess.Popen([sys.executable, "-c", "import sys; from nlp_bench.launch.local import LocalExecutor; "
                                 "LocalExecutor().cancel(sys.argv[1])", str(folder)])
-    proc.wait(timeout=30)  # the job's shell has ended; the canceller still waits for the stubborn child
-    assert owner.poll(folder) == states.CANCELLED
-    os.kill(int(stubborn.read_text()), signal.SIGKILL)
-    assert stopper.wait(timeout=60) == 0
+    try:
+        proc.wait(timeout=30)  # the job's shell has ended; the canceller still waits for the stubborn child
+        assert owner.poll(folder) == states.CANCELLED
+    finally:
+        os.kill(int(stubborn.read_text()), signal.SIGKILL)
+        stopped = stopper.wait(timeout=60)
+    assert stopped == 0
     info = job(folder)
     assert (info.state, info.exit_code, info.failure_class) == (states.CANCELLED, 143, "cancelled")
     assert [h["state"] for h in info.history][-1] == states.CANCELLED
