@@ -276,25 +276,29 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
             yield point
 
 
+def _sizes(params: dict[str, Any], names: tuple[str, ...]) -> list[int] | None:
+    """The named sizes where each is a positive integer; None otherwise (the full rule check then names it)."""
+    values = [params[n] for n in names]
+    return values if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values) else None
+
+
 def _batch_rule(params: dict[str, Any], devices_per_node: int, rule: str, start: Point) -> Dropped | None:
     """Set the point's gas as the batch rule says; None, or Dropped where the tag's batch cannot be kept."""
-    sizes = [params[n] for n in ("nodes", "tp", "pp", "mbs")]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes) \
-            or replica_problem(sizes[0], devices_per_node, sizes[1], sizes[2]):
+    sizes = _sizes(params, ("nodes", "tp", "pp", "mbs"))
+    if sizes is None or replica_problem(sizes[0], devices_per_node, sizes[1], sizes[2]):
         return None  # the layout rules say what is wrong
-    dp = data_parallel_size(sizes[0] * devices_per_node, sizes[1], sizes[2])
+    nodes, tp, pp, mbs = sizes
+    dp = data_parallel_size(nodes * devices_per_node, tp, pp)
     try:
-        params["gas"] = choose(rule, start.batch.tag_global_batch_size, start.batch.tag_gas, dp, sizes[3]).gas
+        params["gas"] = choose(rule, start.batch.tag_global_batch_size, start.batch.tag_gas, dp, mbs).gas
     except LayoutError as exc:
         return Dropped(params, str(exc), "the tag's global batch cannot be kept")
     return None
 
 
 def _replica_rule(params: dict[str, Any], devices_per_node: int) -> Dropped | None:
-    values = [params[n] for n in ("nodes", "tp", "pp")]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
-        return None  # the full check names a value that is no positive integer
-    problem = replica_problem(*values[:1], devices_per_node, *values[1:])
+    sizes = _sizes(params, ("nodes", "tp", "pp"))
+    problem = sizes and replica_problem(sizes[0], devices_per_node, sizes[1], sizes[2])
     return Dropped(params, problem[1], problem[0]) if problem else None
 
 
