@@ -13,14 +13,16 @@ from nlp_bench.errors import ResultError, SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args, jobscript_nodes
 from nlp_bench.spec.benchmark import load_benchmark
+from nlp_bench.spec.megatron.checkout import Checkout
+from nlp_bench.spec.megatron.tables import reference_table
+from nlp_bench.spec.megatron.target import for_megatron
 from nlp_bench.spec.rules import load_rules, parse_argv
-from nlp_bench.spec.trainers import megatron_flags
 
 STAND_IN = ROOT / "tests" / "fixtures" / "megatron_lm"
 
 
 def _rendered(tag: str, trainer: str, system: str | None = None) -> tuple[str, list[str]]:
-    text = render_jobscript(load_benchmark().point(tag, system, trainer=trainer))
+    text = render_jobscript(for_megatron(load_benchmark().point(tag, system, trainer=trainer), None))
     return text, jobscript_args(text, tag)
 
 
@@ -49,8 +51,8 @@ def test_rendered_training_arguments_are_the_reference_flag_by_flag(tag, trainer
         == (str(ref["tp"]), str(ref["pp"]), str(ref["mbs"]))
     assert jobscript_nodes(text) == ref["nodes"]
     assert rules.check(tag, argv, ref["nodes"]).valid
-    if trainer == "megatron-lm":  # every flag is one Megatron-LM has, and the program is pretrain_gpt.py
-        assert set(found) <= megatron_flags()
+    if trainer == "megatron-lm":  # every flag is one the reference's Megatron-LM has; the program is pretrain_gpt.py
+        assert set(found) <= set(reference_table().flags)
         assert '"$MEGATRON_LM_REPO/pretrain_gpt.py" "$@"' in text and "-m nlp_bench.train" not in text
 
 
@@ -82,8 +84,12 @@ def test_the_builtin_trainer_honours_every_reference_argument(tmp_path):
 
 def test_megatron_lm_refuses_a_flag_it_does_not_have(tmp_path):
     bench = load_benchmark()
-    with pytest.raises(SpecError, match="Megatron-LM has no flag --no-cross-entropy-loss-fusion"):
-        bench.point("smoke", trainer="megatron-lm", train={"no-cross-entropy-loss-fusion": True})
+    point = bench.point("smoke", trainer="megatron-lm", train={"no-cross-entropy-loss-fusion": True})
+    current = Checkout(tmp_path, "0.20.0", None)
+    with pytest.raises(SpecError, match=r"Megatron-LM 0.20.0 \(d98e8a64dd\) has no flag --no-cross-entropy-loss-fusion \("):
+        for_megatron(point, current)
+    with pytest.raises(SpecError, match=r"Megatron-LM 0.4.0rc0 \(f772743329\) has no flag --mock-data \("):
+        for_megatron(bench.point("smoke", trainer="megatron-lm"), None)  # the reference's version came before it
     bench.point("smoke", trainer="builtin", train={"no-cross-entropy-loss-fusion": True})  # the built-in one has it
 
 
@@ -97,7 +103,8 @@ def test_megatron_point_has_its_own_id_environment_and_provenance():
     assert megatron.to_dict()["trainer"] == "megatron-lm"
 
 
-def test_run_and_sweep_take_the_trainer(bench, results, tmp_path):
+def test_run_and_sweep_take_the_trainer(bench, results, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(STAND_IN))  # claims 0.20.0, which has --mock-data for smoke
     out = bench("run", "--tag", "175", "--trainer", "megatron-lm", "--dry-run")
     assert out.exit_code == 0, out.output
     (script,) = results.glob("nlp/*/gpt-175b_*_megatron-lm/jobscript.sbatch")

@@ -3,6 +3,7 @@
 both against the emulated cluster."""
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -158,8 +159,29 @@ def test_doctor_checks_the_megatron_lm_checkout_for_that_trainer(bench, monkeypa
     assert out.exit_code == 1 and "FAIL  megatron-lm" in out.output and "MEGATRON_LM_REPO" in out.output
     monkeypatch.setenv("MEGATRON_LM_REPO", str(ROOT / "tests" / "fixtures" / "megatron_lm"))
     out = bench("doctor", "--system", "local", "--trainer", "megatron-lm")
-    assert out.exit_code == 0 and "pretrain_gpt.py" in out.output, out.output
+    assert out.exit_code == 0, out.output
+    assert "ok    megatron-lm         Megatron-LM 0.20.0 (commit unknown: not a git checkout) at " in out.output
+    assert "ok    megatron-lm flags   every flag of tag smoke's jobscript is in benchmark/megatron-lm/flags/0.20.0.tsv" \
+        in out.output
     assert "megatron-lm" not in bench("doctor", "--system", "local").output  # the built-in trainer needs none
+
+
+def test_doctor_names_the_version_a_tag_cannot_run_on(bench, monkeypatch, tmp_path):
+    """A checkout of the reference's version (0.4.0rc0, from before --mock-data) fails the smoke tag's flags;
+    one of an unknown version is checked against the nearest table, and says so."""
+    old = tmp_path / "Megatron-LM"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "megatron_lm", old)
+    info = old / "megatron" / "core" / "package_info.py"
+    info.write_text(info.read_text().replace("MINOR = 20", "MINOR = 4").replace("PRE_RELEASE = ''", "PRE_RELEASE = 'rc0'"))
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(old))
+    out = bench("doctor", "--system", "local", "--trainer", "megatron-lm")
+    assert out.exit_code == 1 and "ok    megatron-lm         Megatron-LM 0.4.0rc0" in out.output
+    assert "FAIL  megatron-lm flags   tag 'smoke' on local: Megatron-LM 0.4.0rc0 (f772743329) has no flag --mock-data" \
+        in out.output
+    info.write_text(info.read_text().replace("MINOR = 4", "MINOR = 19").replace("'rc0'", "''"))
+    out = bench("doctor", "--system", "local", "--trainer", "megatron-lm")
+    assert "warn  megatron-lm flags" in out.output and "Megatron-LM 0.19.0 has no flag table here: checked against " \
+        "the nearest known, 0.20.0" in out.output, out.output
 
 
 def test_a_shipped_profile_is_refused_at_submission_with_the_key_to_change(tmp_path, monkeypatch):

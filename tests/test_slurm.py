@@ -1,6 +1,7 @@
 """The Slurm executor and `bench` against a real Slurm (two emulated nodes, fake GPUs) that the tests'
 own fixture starts: submission, states, failure classes, the watchdog, cancel and resume."""
 
+import json
 import os
 import re
 import shutil
@@ -363,6 +364,10 @@ def test_megatron_lm_stand_in_through_slurm_beside_the_builtin_trainer(slurm_clu
     assert float(row["Tokens/sec"]) > 0
     assert "--mock-data" in (folder / "train.args").read_text().splitlines()
     assert "MEGATRON_LM_COMMIT=" in (folder / "provenance.env").read_text()
+    assert "MEGATRON_LM_VERSION=0.20.0" in (folder / "provenance.env").read_text()  # what the stand-in claims
+    made = json.loads((folder / "result.json").read_text())["provenance"]["megatron_lm"]
+    assert (made["version"], made["made_for"], made["flag_table"]) == ("0.20.0", "0.20.0", "0.20.0.tsv")
+    assert "warning: the arguments were made for" not in (folder / "job.err").read_text()
     grid = tmp_path / "both.yaml"
     grid.write_text("tag: smoke\nsystem: local-slurm\nmatrix:\n  trainer: [builtin, megatron-lm]\n")
     proc = run_bench("sweep", str(grid), "--wait", cwd=tmp_path)

@@ -171,7 +171,7 @@ def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
             submitted = None
     environment = _environment(folder)
     libraries = _LIBRARIES.search(log_text)
-    return {
+    found = {
         "git_commit": commit,
         "jobscript_sha256": submitted,
         "nodelist": environment.get("SLURM_JOB_NODELIST"),
@@ -180,6 +180,13 @@ def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
         "nccl": libraries.group(3) if libraries else None,
         "environment": environment,
     }
+    made = folder.point().megatron_lm
+    if made is not None:  # what the job found at start, beside what its arguments were made for
+        found["megatron_lm"] = {"version": environment.get("MEGATRON_LM_VERSION"),
+                                "commit": environment.get("MEGATRON_LM_COMMIT"),
+                                "made_for": made.get("version"), "flag_table": made.get("flag_table"),
+                                "translated": made.get("translated", [])}
+    return found
 
 
 def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[str, Any] | None = None,

@@ -15,6 +15,8 @@ from nlp_bench.errors import SpecError
 from nlp_bench.launch.executor import job_environment
 from nlp_bench.launch.slurm_inventory import Inventory, SlurmUnavailable, read_inventory, run_command, run_on_node
 from nlp_bench.spec.benchmark import Point
+from nlp_bench.spec.megatron.checkout import read_checkout
+from nlp_bench.spec.megatron.target import for_megatron, table_note
 from nlp_bench.spec.systems import System
 from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
 
@@ -52,7 +54,7 @@ def doctor(point: Point, on_node: bool = False) -> list[Check]:
         checks.append(Check("scheduler", OK, f"executor {system.executor}: runs on this machine, no Slurm needed"))
     checks += [_activation(system), _environment(system)]
     if point.trainer == MEGATRON_LM:
-        checks.append(_megatron(system))
+        checks += _megatron(point)
     checks += _data_files(point)
     if on_node:
         checks.append(_on_node(system, point, inventory))
@@ -181,13 +183,24 @@ def _environment(system: System) -> Check:
     return Check("python environment", OK, f"{where}: {lines[-1] if lines else ''}")
 
 
-def _megatron(system: System) -> Check:
-    """--trainer megatron-lm: the checkout the jobscript will run."""
+def _megatron(point: Point) -> list[Check]:
+    """--trainer megatron-lm: the checkout the jobscript will run, its version and commit, and the point's
+    flags as that version takes them (translated where it renamed one, checked against its flag table)."""
     try:
-        repo = megatron_checkout(system.megatron_lm_repo, system.name)
+        checkout = read_checkout(megatron_checkout(point.system.megatron_lm_repo, point.system.name))
     except SpecError as exc:
-        return Check("megatron-lm", FAIL, str(exc))
-    return Check("megatron-lm", OK, f"{repo / 'pretrain_gpt.py'}")
+        return [Check("megatron-lm", FAIL, str(exc))]
+    found = [Check("megatron-lm", OK, f"{checkout.label} at {checkout.path}")]
+    try:
+        made = for_megatron(point, checkout)
+    except SpecError as exc:
+        return [*found, Check("megatron-lm flags", FAIL, str(exc))]
+    info = made.megatron_lm or {}
+    translated = info.get("translated") or []
+    said = (f"every flag of tag {point.tag}'s jobscript is in benchmark/megatron-lm/flags/{info.get('flag_table')}"
+            + (f"; translated for it: {', '.join('--' + f for f in translated)}" if translated else ""))
+    note = table_note(made)
+    return [*found, Check("megatron-lm flags", WARN if note else OK, f"{said}; {note}" if note else said)]
 
 
 def _data_files(point: Point) -> list[Check]:

@@ -23,7 +23,8 @@ from nlp_bench.report.console import progress_bar, say, warn
 from nlp_bench.report.table import render, terminal_width
 from nlp_bench.spec.batch import HOW_WORDS
 from nlp_bench.spec.benchmark import Point, load_benchmark
-from nlp_bench.spec.trainers import MEGATRON_LM, megatron_checkout
+from nlp_bench.spec.megatron.target import checkout_for, for_megatron, table_note
+from nlp_bench.spec.trainers import MEGATRON_LM
 from nlp_bench.store import locks, states
 from nlp_bench.store.dropped import DroppedLog, dropped_rows
 from nlp_bench.store.files import StoreError, naming
@@ -243,8 +244,12 @@ def _execute(results_dir: Path, benchmark: str, tag: str, points: list[Point], d
     options.check(executor)
     if not dry_run:
         executor.check_available()  # fail before anything is written
-        if any(p.trainer == MEGATRON_LM for p in points):
-            megatron_checkout(system.megatron_lm_repo, system.name)  # a run's points share their system
+    if any(p.trainer == MEGATRON_LM for p in points):
+        checkout = checkout_for(system, required=not dry_run)  # a run's points share their system
+        points = [for_megatron(p, checkout) for p in points]
+        note = next(filter(None, map(table_note, points)), None)
+        if note:
+            warn(f"bench: warning: {note}" + ("; a run without --dry-run refuses to submit" if checkout is None else ""))
     from nlp_bench.app.planning import predictions
 
     if predicted is None:

@@ -12,7 +12,10 @@ from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args, jobscript_nodes
 from nlp_bench.spec.benchmark import load_benchmark
+from nlp_bench.spec.megatron.target import checkout_for, for_megatron
+from nlp_bench.spec.megatron.translations import named
 from nlp_bench.spec.rules import Deviation, Verdict, load_rules
+from nlp_bench.spec.trainers import MEGATRON_LM
 from nlp_bench.store.names import JOBSCRIPT, TRAIN_ARGS_FILE
 from nlp_bench.store.runs import find_run
 
@@ -22,9 +25,11 @@ class PointVerdict:
     point: str
     source: str  # where the arguments were read: train.args (what ran), the jobscript, or a fresh render
     verdict: Verdict
+    #: the Megatron-LM the arguments were made for ("Megatron-LM 0.20.0 (d98e8a64dd)"), if that is the trainer
+    megatron_lm: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"point": self.point, "source": self.source, **self.verdict.to_dict()}
+        return {"point": self.point, "source": self.source, **self.verdict.to_dict(), "megatron_lm": self.megatron_lm}
 
 
 def check_tag(benchmark_name: str, tag: str | None, system: str | None, trainer: str | None) -> list[PointVerdict]:
@@ -32,9 +37,22 @@ def check_tag(benchmark_name: str, tag: str | None, system: str | None, trainer:
     if not point.rules:
         raise SpecError(f"tag {point.tag} has no submission rules (a tag with `rules:` in {benchmark_name}, "
                         "such as 13 or 175, has)")
+    if point.trainer == MEGATRON_LM:
+        point = for_megatron(point, checkout_for(point.system, required=False))
     text = render_jobscript(point)
-    verdict = load_rules(point.rules).check(point.tag, jobscript_args(text, point.id), jobscript_nodes(text))
-    return [PointVerdict(point.id, "rendered now", verdict)]
+    made = point.megatron_lm or {}
+    verdict = load_rules(point.rules).check(point.tag, jobscript_args(text, point.id), jobscript_nodes(text),
+                                            named(made.get("translations", []), point.id))
+    return [PointVerdict(point.id, "rendered now", verdict, _made_for(made))]
+
+
+def _made_for(made: dict[str, Any]) -> str | None:
+    if not made:
+        return None
+    if not made.get("version"):
+        return f"the reference's Megatron-LM {made.get('flag_table_version')} (no checkout was at hand)"
+    commit = made.get("commit")
+    return f"Megatron-LM {made['version']} ({commit[:10] if commit else 'commit unknown'})"
 
 
 def check_run(results_dir: Path, run_ref: str | None) -> list[PointVerdict]:
@@ -74,7 +92,10 @@ def check_point(folder: Path, point: dict[str, Any], rules: str) -> PointVerdict
     else:
         raise SpecError(f"{folder}: neither {TRAIN_ARGS_FILE} nor {JOBSCRIPT}: nothing to check")
     nodes = jobscript_nodes(text) or point["layout"]["nodes"]
-    return PointVerdict(point["id"], source, load_rules(rules).check(point["tag"], argv, nodes))
+    made = point.get("megatron_lm") or {}
+    translations = named(made.get("translations", []), str(folder))
+    return PointVerdict(point["id"], source, load_rules(rules).check(point["tag"], argv, nodes, translations),
+                        _made_for(made))
 
 
 def _tag_rules(point: dict[str, Any]) -> str | None:

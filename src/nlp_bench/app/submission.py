@@ -77,6 +77,8 @@ def _software(folder: Path, point: dict[str, Any]) -> dict[str, Any]:
     return {"point": point["id"], "trainer": point.get("trainer", BUILTIN), "torch": found.get("torch"),
             "cuda": found.get("cuda"), "nccl": found.get("nccl"),
             "megatron_lm_commit": _env_file(folder).get("MEGATRON_LM_COMMIT") or environment.get("MEGATRON_LM_COMMIT"),
+            "megatron_lm_version": _env_file(folder).get("MEGATRON_LM_VERSION") or environment.get("MEGATRON_LM_VERSION"),
+            "megatron_lm_made_for": (point.get("megatron_lm") or {}).get("version"),
             "nodelist": found.get("nodelist"), "jobscript_sha256": found.get("jobscript_sha256")}
 
 

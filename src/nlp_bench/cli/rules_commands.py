@@ -1,6 +1,9 @@
-"""`bench rules check`: is a run a valid submission of the benchmark?"""
+"""`bench rules`: is a run a valid submission of the benchmark (`check`), and which flags each Megatron-LM
+version takes (`flags`)?"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -37,3 +40,30 @@ def rules_check(ctx: click.Context, run_ref: str | None, tag, system, trainer, b
     found = [c.to_dict() for c in checked]
     click.echo(dumps(found) if as_json else render_rules(found), nl=as_json)
     ctx.exit(0 if all(c.verdict.valid for c in checked) else 1)
+
+
+@rules.command("flags")
+@click.argument("checkout", required=False, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--commit", default=None, help="The commit CHECKOUT is, where it is not a git repository.")
+@click.option("--python", "python", default=None,
+              help="The Python of the Megatron-LM environment (default: this one); it imports the checkout.")
+@click.option("--source", default=None, help="Where the checkout came from, for the table's header.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the table here instead of benchmark/megatron-lm/flags/.")
+@click.option("--diff", nargs=2, metavar="OLD NEW", default=None,
+              help="Instead: the flags of kept table OLD that kept table NEW lacks (translation candidates).")
+def rules_flags(checkout: Path | None, commit, python, source, out_dir, diff) -> None:
+    """Write CHECKOUT's flag table from Megatron-LM's own argument parser (name, type, choices, default,
+    deprecated), as benchmark/megatron-lm/flags/<version>.tsv: a point for that version is then checked
+    against it. Nothing is launched; the checkout's modules are imported by --python."""
+    from nlp_bench.app.megatron_flags import table_diff, write_flag_table
+
+    if diff:
+        if checkout is not None:
+            raise click.UsageError("give a CHECKOUT or --diff OLD NEW, not both")
+        for flag in table_diff(*diff):
+            click.echo(f"--{flag}")
+        return
+    if checkout is None:
+        raise click.UsageError("give the Megatron-LM CHECKOUT whose flags to write")
+    click.echo(f"wrote {write_flag_table(checkout, python, commit, source, out_dir)}")

@@ -84,10 +84,12 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
                 train.setdefault("lr-decay-iters", point.train["train-iters"])
         job_name += "-compile"
     template = _environment(str(slurm_dir() / "templates")).get_template(TEMPLATE)
+    made = point.megatron_lm or {}  # the checkout a Megatron-LM point was made for (spec.megatron.target)
     return template.render(
         p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
         train_flags=train_flags(train), compile=compile_job, megatron=point.trainer == MEGATRON_LM,
-        megatron_repo=point.system.megatron_lm_repo,
+        megatron_repo=made.get("repo") or point.system.megatron_lm_repo, megatron_version=made.get("version"),
+        megatron_table=made.get("flag_table"),
         train_args_file=TRAIN_ARGS_FILE, start_line=protocol.START_LINE, exit_line=protocol.EXIT_LINE,
         out_name=COMPILE_OUT if compile_job else JOB_OUT, err_name=COMPILE_ERR if compile_job else JOB_ERR,
         # the command is a site setting; NLP_BENCH_COMPILE_COMMAND replaces it at submission (a stand-in, say)

@@ -8,10 +8,15 @@ from typing import Any
 def render_rules(checked: list[dict[str, Any]]) -> str:
     lines = []
     for entry in checked:
-        lines.append(f"{entry['point']}: tag {entry['tag']}, rules {entry['rules']}, arguments from {entry['source']}")
+        made_for = f", for {entry['megatron_lm']}" if entry.get("megatron_lm") else ""
+        lines.append(f"{entry['point']}: tag {entry['tag']}, rules {entry['rules']}, arguments from {entry['source']}"
+                     f"{made_for}")
         free = [f"{name} {v['found']}" + (f" (reference {v['reference']}, changed: allowed)" if v["changed"] else "")
                 for name, v in entry["free"].items()]
         lines.append(f"  free parameters: {', '.join(free)}")
+        if entry.get("translations"):
+            lines.append("  read as the reference's own (that Megatron-LM's spelling of a reference flag):")
+            lines.extend(f"    {text}" for text in entry["translations"])
         if entry["deviations"]:
             width = max(len(d["flag"]) for d in entry["deviations"])
             lines.append("  deviations:")

@@ -14,7 +14,7 @@ from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, BatchChoice, check_rule, ch
 from nlp_bench.spec.layout import Layout, data_parallel_size, validate
 from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
-from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_megatron_flags, check_trainer
+from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _TOP_KEYS = {"name", "description", "default_tag", "train", "tags"}
@@ -52,6 +52,9 @@ class Point:
     rules: str | None = None
     #: how the global batch came about (spec.batch); None for a point read back without it
     batch: BatchChoice | None = None
+    #: with Megatron-LM, the checkout the flags were made for (spec.megatron.target): version, commit, flag
+    #: table, translations; None until then
+    megatron_lm: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -89,6 +92,7 @@ class Point:
                                                       "tag_global_batch_size": self.batch.tag_global_batch_size},
             "train": self.train,
             "sbatch": self.sbatch,
+            **({"megatron_lm": self.megatron_lm} if self.megatron_lm is not None else {}),
         }
 
 
@@ -146,11 +150,9 @@ class Benchmark:
         trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
-        point = Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
-                      rules=spec.get("rules"), batch=chosen)
-        if trainer == MEGATRON_LM:
-            check_megatron_flags([*point.train, *DERIVED_FLAGS], f"{where} on {sys_.name}")
-        return point
+        # a Megatron-LM point's flags are checked once the checkout it will run is known (spec.megatron.target)
+        return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
+                     rules=spec.get("rules"), batch=chosen)
 
 
 def known_benchmarks() -> list[str]:

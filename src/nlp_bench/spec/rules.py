@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from nlp_bench.errors import SpecError, unknown
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.layout import Layout
+from nlp_bench.spec.megatron.translations import VALUE, Translation
 from nlp_bench.spec.switches import PRECISION_FLAGS, precision_of
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
@@ -51,10 +53,13 @@ class Rules:
                             f"{', '.join(self.tags)}")
         return self.tags[tag]
 
-    def check(self, tag: str, argv: list[str], nodes: int | None) -> Verdict:
-        """Every deviation of `argv` (a trainer's arguments) from the rules and the reference of `tag`."""
+    def check(self, tag: str, argv: list[str], nodes: int | None,
+              translations: Sequence[Translation] = ()) -> Verdict:
+        """Every deviation of `argv` (a trainer's arguments) from the rules and the reference of `tag`.
+        `translations` are those the arguments were rendered through for a later Megatron-LM: what they
+        say instead of a reference flag counts as that flag."""
         want = self.tag(tag)
-        found = parse_argv(argv)
+        found, translated = _as_reference(parse_argv(argv), want.args, translations)
         deviations: list[Deviation] = []
         fixed_flags = {f for flags in self.fixed.values() for f in flags}
         for name, flags in self.fixed.items():
@@ -90,7 +95,33 @@ class Rules:
         free = {name: Free(want.reference.get(name) if name != "global_batch_size" else _reference_gbs(want),
                            nodes if flag is None else _int(found.get(flag)))
                 for name, flag in self.free.items()}
-        return Verdict(self.name, tag, deviations, free)
+        return Verdict(self.name, tag, deviations, free, [t.text for t in translated])
+
+
+def _as_reference(found: dict[str, Any], expected: dict[str, Any],
+                  translations: Sequence[Translation]) -> tuple[dict[str, Any], list[Translation]]:
+    """`found` with each translated reference flag read back as the reference wrote it, where the arguments
+    say exactly what the translation puts instead; and the translations so read."""
+    out, used = dict(found), []
+    for t in translations:
+        if t.becomes is None or expected.get(t.flag) is None or t.flag in found:
+            continue
+        value: Any = True
+        fits = True
+        for name, new in t.becomes.items():
+            got = found.get(name)
+            if new == VALUE:
+                fits, value = fits and got is not None and got is not True, got
+            else:
+                fits = fits and _same(new, got)
+        if not fits:
+            continue
+        for name in t.becomes:
+            if name not in expected:
+                out.pop(name, None)
+        out[t.flag] = value
+        used.append(t)
+    return out, used
 
 
 def _reference_gbs(want: TagRules) -> int | None:
@@ -142,6 +173,8 @@ class Verdict:
     tag: str
     deviations: list[Deviation]
     free: dict[str, Free] = field(default_factory=dict)
+    #: the Megatron-LM translations read back as reference flags (spec.megatron.translations), as text
+    translations: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
@@ -153,7 +186,7 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rules": self.rules, "tag": self.tag, "valid": self.valid, "verdict": self.text,
-                "deviations": [d.to_dict() for d in self.deviations],
+                "deviations": [d.to_dict() for d in self.deviations], "translations": self.translations,
                 "free": {k: {"reference": v.reference, "found": v.found, "changed": v.changed}
                          for k, v in self.free.items()}}
 

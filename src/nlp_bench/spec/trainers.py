@@ -1,16 +1,14 @@
 """Which trainer a point runs: the built-in one (`python -m nlp_bench.train`) or Megatron-LM's own
 `pretrain_gpt.py`. Both take the same Megatron flags under the same launch, so a point differs only in
-the program torchrun starts; what Megatron-LM does not know is refused when the script is rendered."""
+the program torchrun starts; what the Megatron-LM version a point runs does not know is translated or
+refused when the script is rendered (spec.megatron)."""
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
 from nlp_bench.errors import SpecError, unknown
-from nlp_bench.paths import benchmark_dir
 
 BUILTIN, MEGATRON_LM = "builtin", "megatron-lm"
 TRAINERS = (BUILTIN, MEGATRON_LM)
@@ -23,29 +21,6 @@ def check_trainer(name: str, where: str) -> str:
     if name not in TRAINERS:
         raise SpecError(f"{where}: {unknown('trainer', str(name), TRAINERS)}")
     return name
-
-
-def megatron_flags_path() -> Path:
-    return benchmark_dir() / "rules" / "megatron-lm-flags.txt"
-
-
-@functools.lru_cache(maxsize=1)
-def megatron_flags() -> frozenset[str]:
-    """Megatron-LM's flag names (without the leading --), from the list kept with its source."""
-    path = megatron_flags_path()
-    if not path.is_file():
-        raise SpecError(f"the list of Megatron-LM's flags is missing: {path}")
-    lines = (line.strip() for line in path.read_text().splitlines())
-    return frozenset(line[2:] for line in lines if line.startswith("--"))
-
-
-def check_megatron_flags(flags: Iterable[str], where: str) -> None:
-    """Refuse a flag Megatron-LM would stop on, before a job waits in the queue to find out."""
-    known = megatron_flags()
-    strange = sorted(f for f in flags if f not in known)
-    if strange:
-        raise SpecError(f"{where}: Megatron-LM has no flag {', '.join('--' + f for f in strange)} "
-                        f"(its flags: {megatron_flags_path()}); drop it for --trainer megatron-lm")
 
 
 def megatron_checkout(profile_repo: str, system: str) -> Path:

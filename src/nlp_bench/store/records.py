@@ -119,7 +119,19 @@ class PointRecord:
         info = _want(data, "system_info", dict, path)
         _want(info, "executor", str, path, "system_info.")
         _want(data, "train", dict, path)
+        made = data.get("megatron_lm")
+        if made is not None:
+            _want(data, "megatron_lm", dict, path)
+            for key in ("translations", "translated"):
+                names = made.get(key, [])
+                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                    raise StoreError(f"{path}: megatron_lm.{key} must be a list of flag names")
         return cls(data)
+
+    @property
+    def megatron_lm(self) -> dict[str, Any] | None:
+        """With Megatron-LM: the checkout its arguments were made for (version, commit, flag table, translations)."""
+        return self.data.get("megatron_lm")
 
     @property
     def id(self) -> str:
