@@ -410,3 +410,65 @@ def test_detected_profile_runs_the_smoke_benchmark_and_doctor_names_a_wrong_part
     assert wrong.returncode == 1, wrong.stdout + wrong.stderr
     line, = [line for line in wrong.stdout.splitlines() if line.startswith("FAIL")]
     assert "partition 'debugg'" in line and "partitions: debug" in line
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_megatron_lm_set_up_as_the_reference_does_on_the_emulated_cluster(slurm_cluster, tmp_path, monkeypatch):
+    """`bench setup megatron-lm` renders the reference's setup_venv and build steps as one job: on the emulated
+    cluster it clones a local git repository made from the reference's Megatron-LM snapshot, checks out the
+    commit and applies the patch from the site's copy of the reference; run again, it leaves the set-up as it
+    is; the checkout then reports its version and commit, and a 175 point is rendered for it."""
+    import tarfile
+
+    archive = ROOT.parent / "shared" / "megatron-lm" / "megatron-lm-f772743-jupiter.tar.gz"
+    if not archive.is_file():
+        pytest.skip(f"{archive} is not here (the Megatron-LM snapshots live in ../shared/megatron-lm/)")
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    with tarfile.open(archive) as tar:
+        tar.extractall(upstream, filter="data")
+    (source,) = upstream.iterdir()
+    _git("init", "-q", "-b", "main", cwd=source)
+    _git("add", "-A", cwd=source)
+    _git("commit", "-q", "-m", "snapshot", cwd=source)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True).stdout.strip()
+    # the site's copy of the reference, with a patch of its own (the test's, in the reference's place)
+    reference = tmp_path / "jubench-megatron-lm"
+    (reference / "benchmark" / "aux").mkdir(parents=True)
+    entry = source / "pretrain_gpt.py"
+    entry.write_text(entry.read_text() + "\n# patched by the reference\n")
+    diff = subprocess.run(["git", "diff"], cwd=source, capture_output=True, text=True, check=True).stdout
+    _git("checkout", "--", ".", cwd=source)
+    (reference / "benchmark" / "aux" / "add_tflops_logging.patch").write_text(diff)
+
+    into = tmp_path / "site" / "Megatron-LM"
+    work = tmp_path / "jobs"
+    work.mkdir()
+    out = run_bench("setup", "megatron-lm", "--reference", str(reference), "--commit", commit, "--system",
+                    "local-slurm", "--into", str(into), "--url", str(source), "--packages", "", "--no-flash-attn",
+                    "--apex", "", "--time", "00:05:00", "-o", str(work / "setup.sbatch"), cwd=work)
+    assert out.returncode == 0, out.stderr
+    for attempt in ("first", "again"):
+        done = subprocess.run(["sbatch", "--wait", "setup.sbatch"], cwd=work, capture_output=True, text=True,
+                              timeout=300)
+        log = (work / "setup.out").read_text()
+        assert done.returncode == 0, done.stderr + log
+        if attempt == "first":
+            assert f"checked out {commit} and applied add_tflops_logging.patch" in log
+        else:
+            assert "with the patch applied already" in log
+    assert f"done: Megatron-LM 0.4.0rc0 at {commit} in {into}" in log
+    assert (into / "pretrain_gpt.py").read_text().endswith("# patched by the reference\n")
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(into))
+    doctor = run_bench("doctor", "--system", "local-slurm", "--trainer", "megatron-lm", cwd=work)
+    assert f"ok    megatron-lm         Megatron-LM 0.4.0rc0 ({commit[:10]}, with local changes) at {into}" \
+        in doctor.stdout, doctor.stdout
+    # a checkout with changes of its own (not the patch) is not overwritten
+    (into / "pretrain_gpt.py").write_text("mine\n")
+    done = subprocess.run(["sbatch", "--wait", "setup.sbatch"], cwd=work, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "has local changes; commit or stash them" in (work / "setup.out").read_text()
+    assert (into / "pretrain_gpt.py").read_text() == "mine\n"

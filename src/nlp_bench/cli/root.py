@@ -14,6 +14,7 @@ from nlp_bench.cli.plan_commands import plan
 from nlp_bench.cli.result_commands import parse, result
 from nlp_bench.cli.rules_commands import rules
 from nlp_bench.cli.run_commands import cancel, run, status, sweep
+from nlp_bench.cli.setup_commands import setup
 from nlp_bench.cli.site_commands import data, doctor, system
 
 
@@ -27,7 +28,7 @@ def cli(ctx: click.Context, results_dir: Path) -> None:
     ctx.obj = {"results_dir": results_dir}
 
 
-for command in (run, sweep, status, cancel, result, parse, plan, rules, system, doctor, data):
+for command in (run, sweep, status, cancel, result, parse, plan, rules, system, doctor, data, setup):
     cli.add_command(command)
 
 

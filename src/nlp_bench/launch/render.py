@@ -11,6 +11,7 @@ import jinja2
 
 from nlp_bench.paths import slurm_dir
 from nlp_bench.spec.benchmark import Point
+from nlp_bench.spec.systems import System
 from nlp_bench.spec.trainers import MEGATRON_LM
 from nlp_bench.store import protocol
 from nlp_bench.store.names import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT, TRAIN_ARGS_FILE
@@ -100,3 +101,17 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
 def render_compile_script(point: Point) -> str | None:
     """The compile job's script, or None on a system without ahead-of-time compilation."""
     return render_jobscript(point, compile_job=True) if point.system.compile_command else None
+
+
+SETUP_TEMPLATE = "setup_megatron_lm.sbatch.j2"
+
+
+def render_setup_script(system: System, *, commit: str, into: str, url: str, patch: str, apex: str, venv: str,
+                        packages: list[str], sbatch: dict[str, Any], script_name: str, out_name: str) -> str:
+    """The set-up job of `bench setup megatron-lm` (the reference's setup_venv and build steps). `into` is
+    written as the profile's megatron_lm_repo is (a $NAME may expand); every other value is one quoted word."""
+    template = _environment(str(slurm_dir() / "templates")).get_template(SETUP_TEMPLATE)
+    return template.render(
+        system=system, commit=shell_value(commit), into=into, url=shell_value(url), patch=shell_value(patch),
+        apex=shell_value(apex), venv=shell_value(venv) if venv else "", sbatch=sbatch, script_name=script_name,
+        out_name=out_name, packages=" ".join(shell_value(p) for p in packages))

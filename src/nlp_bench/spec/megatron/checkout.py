@@ -22,6 +22,8 @@ class Checkout:
     version: str
     #: the full commit hash, or None where the checkout is not a git repository (an unpacked release)
     commit: str | None
+    #: tracked files differ from the commit (a patch applied, as the reference applies its own)
+    modified: bool = False
 
     @property
     def parsed_version(self) -> Version:
@@ -29,7 +31,9 @@ class Checkout:
 
     @property
     def label(self) -> str:
-        return f"Megatron-LM {self.version} ({self.commit[:10] if self.commit else 'commit unknown: not a git checkout'})"
+        if not self.commit:
+            return f"Megatron-LM {self.version} (commit unknown: not a git checkout)"
+        return f"Megatron-LM {self.version} ({self.commit[:10]}{', with local changes' if self.modified else ''})"
 
     def contains(self, commit: str) -> bool | None:
         """Whether `commit` is in this checkout's history; None where git cannot say (no repository, a
@@ -44,7 +48,7 @@ class Checkout:
         return {0: True, 1: False}.get(done.returncode)
 
     def to_dict(self) -> dict[str, str | None]:
-        return {"repo": str(self.path), "version": self.version, "commit": self.commit}
+        return {"repo": str(self.path), "version": self.version, "commit": self.commit, "modified": self.modified}
 
 
 def read_version(repo: Path) -> str:
@@ -78,5 +82,15 @@ def read_commit(repo: Path) -> str | None:
     return done.stdout.strip() if top and Path(top).resolve() == repo.resolve() else None
 
 
+def read_modified(repo: Path) -> bool:
+    try:
+        done = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
 def read_checkout(repo: Path) -> Checkout:
-    return Checkout(repo, read_version(repo), read_commit(repo))
+    commit = read_commit(repo)
+    return Checkout(repo, read_version(repo), commit, commit is not None and read_modified(repo))
