@@ -21,9 +21,15 @@ from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args
 from nlp_bench.spec.benchmark import load_benchmark
 from nlp_bench.spec.megatron.checkout import Checkout, read_checkout
-from nlp_bench.spec.megatron.tables import known_tables, read_table, reference_table, table_for
+from nlp_bench.spec.megatron.tables import known_tables, read_table, table_for
 from nlp_bench.spec.megatron.target import for_megatron
-from nlp_bench.spec.megatron.translations import for_checkout, load_translations, translate
+from nlp_bench.spec.megatron.translations import (
+    default_changes,
+    for_checkout,
+    load_translations,
+    reference_table,
+    translate,
+)
 from nlp_bench.spec.rules import load_rules, parse_argv
 
 SNAPSHOTS = ROOT.parent / "shared" / "megatron-lm"
@@ -202,3 +208,142 @@ def test_the_rules_read_a_translated_flag_back_only_where_it_says_the_same():
     assert verdict.valid and len(verdict.translations) == 2
     verdict = rules.check("13", [*current, "--attention-backend", "fused"], 8, needed)
     assert [d.flag for d in verdict.deviations] == ["--use-flash-attn"]  # fused is not the reference's flash
+
+
+STAND_IN = ROOT / "tests" / "fixtures" / "megatron_lm"
+
+
+def _claiming(tmp_path: Path, version: tuple[int, int, int, str]) -> Path:
+    """A copy of the stand-in checkout that claims another version."""
+    import shutil
+
+    copy = tmp_path / "Megatron-LM"
+    shutil.copytree(STAND_IN, copy)
+    major, minor, patch, pre = version
+    (copy / "megatron" / "core" / "package_info.py").write_text(
+        f"MAJOR = {major}\nMINOR = {minor}\nPATCH = {patch}\nPRE_RELEASE = '{pre}'\n")
+    return copy
+
+
+def test_the_jobscript_warns_when_the_checkout_it_finds_is_another_version(tmp_path):
+    point = _point("smoke", read_checkout(STAND_IN))
+    text = render_jobscript(point)
+    block = text[text.index("# The trainer is Megatron-LM's"):text.index("# Rendezvous")]
+    assert "were made for Megatron-LM 0.20.0 (flags checked against benchmark/megatron-lm/flags/0.20.0.tsv)" in block
+    for repo, warned in ((STAND_IN, False), (_claiming(tmp_path, (0, 19, 0, "")), True)):
+        done = subprocess.run(["bash", "-c", f"set -u\n{block}\necho \"found $MEGATRON_LM_VERSION\""],
+                              env={**os.environ, "MEGATRON_LM_REPO": str(repo)}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == ("found 0.19.0" if warned else "found 0.20.0")
+        assert ("the arguments were made for Megatron-LM 0.20.0, but" in done.stderr) is warned, done.stderr
+
+
+def test_bench_rules_flags_refuses_in_one_line(bench, tmp_path):
+    out = bench("rules", "flags", str(tmp_path))
+    assert out.exit_code == 2 and out.output.count("\n") == 1 and "cannot read Megatron-LM's version" in out.output
+    out = bench("rules", "flags", str(STAND_IN))  # a Megatron-LM version, inside nlp-bench's repository: no commit
+    assert out.exit_code == 2 and "is not a git checkout: say which commit it is with --commit" in out.output
+    out = bench("rules", "flags", str(STAND_IN), "--commit", "abc1234", "--out", str(tmp_path))
+    assert out.exit_code == 2 and out.output.count("\n") == 1, out.output
+    assert "Megatron-LM's own parser failed (exit 1): cannot import Megatron-LM's arguments" in out.output
+    out = bench("rules", "flags", "--diff", "0.4.0rc0", "0.20.0")
+    assert out.exit_code == 0 and len(out.output.split()) == 23 and "--log-batch-size-to-tensorboard" in out.output.split()
+    out = bench("rules", "flags", "--diff", "0.4.0rc0", "0.9.0")
+    assert out.exit_code == 2 and "no flag table for Megatron-LM 0.9.0; kept: 0.4.0rc0, 0.20.0" in out.output
+
+
+def test_a_damaged_flag_table_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "0.5.0.tsv"
+    path.write_text("# version: 0.5.0\nname\tdest\ttype\tnargs\tchoices\tdefault\tdeprecated\nlr\tfloat\tnull\n")
+    with pytest.raises(SpecError, match=r"0.5.0.tsv:3: not a flag table row \(3 columns, not 7\)"):
+        read_table(path)
+    path.write_text("lr\tlr\tfloat\tnull\tnull\tnull\tno\n")
+    with pytest.raises(SpecError, match="no '# version:' line"):
+        read_table(path)
+
+
+def test_every_default_that_changed_since_the_reference_is_accounted_for():
+    """A flag the reference leaves out takes the version's default: each default that differs between the
+    reference's table and the newest one is named, with why, in translations.yaml."""
+    old, new = reference_table(), known_tables()[-1]
+
+    def defaults(table):
+        out = {}
+        for flag in table.flags.values():
+            out.setdefault(flag.dest, flag.default)
+        return out
+
+    before, after = defaults(old), defaults(new)
+    changed = {dest for dest in set(before) & set(after) if before[dest] != after[dest]}
+    assert changed == set(default_changes()), (changed ^ set(default_changes()))
+
+
+def test_a_version_between_the_tables_renders_the_reference_tags():
+    """0.11 to 0.12 take the reference's table as the nearest, yet have --attention-backend: a flag a
+    translation spells is not refused for being newer than the nearest table."""
+    point = _point("13", Checkout(Path("/x"), "0.11.0", None))
+    assert point.train["attention-backend"] == "flash" and "use-flash-attn" not in point.train
+    assert point.megatron_lm["flag_table"] == "0.4.0rc0.tsv" and not point.megatron_lm["flag_table_exact"]
+    with pytest.raises(SpecError, match="has no flag --no-such-flag"):
+        for_megatron(load_benchmark().point("13", trainer="megatron-lm", train={"no-such-flag": True}),
+                     Checkout(Path("/x"), "0.11.0", None))
+
+
+def test_a_checkout_path_is_one_word_in_the_jobscript_whatever_it_holds(tmp_path):
+    """The path the flags were made for is written quoted: a folder named with $( ) runs nothing."""
+    import shutil
+
+    odd = tmp_path / "q$(touch${IFS}HACKED) a}b"
+    shutil.copytree(STAND_IN, odd)
+    text = render_jobscript(_point("smoke", read_checkout(odd)))
+    block = text[text.index("# The trainer is Megatron-LM's"):text.index("# Rendezvous")]
+    env = {k: v for k, v in os.environ.items() if k != "MEGATRON_LM_REPO"}
+    done = subprocess.run(["bash", "-c", f"{block}\necho \"$MEGATRON_LM_REPO $MEGATRON_LM_VERSION\""], env=env,
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"{odd} 0.20.0", done.stderr
+    assert not (tmp_path / "HACKED").exists()
+
+
+def test_the_rules_judge_a_job_by_the_megatron_lm_it_ran_on(bench, results, monkeypatch):
+    """Arguments made for 0.20 (no --log-batch-size-to-tensorboard) that ran on the reference's 0.4.0rc0 did
+    not log the batch size: not the reference's run, whatever they were made for."""
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(STAND_IN))
+    assert bench("run", "--tag", "175", "--trainer", "megatron-lm", "--dry-run").exit_code == 0
+    (script,) = results.glob("nlp/*/*_megatron-lm/jobscript.sbatch")
+    (script.parent / "train.args").write_text("\n".join(jobscript_args(script.read_text(), "here")) + "\n")
+    for ran_on, valid in (("0.20.0", True), ("0.4.0rc0", False), ("not a version", True)):
+        (script.parent / "provenance.env").write_text(f"MEGATRON_LM_VERSION={ran_on}\n")
+        out = bench("rules", "check")
+        assert (out.exit_code == 0) is valid, out.output
+        if not valid:
+            assert "for Megatron-LM 0.4.0rc0, as it ran (the arguments were made for 0.20.0)" in out.output
+            assert "--log-batch-size-to-tensorboard" in out.output and "--use-flash-attn" in out.output
+
+
+def test_a_checkout_between_releases_has_a_change_where_its_git_history_holds_the_commit(tmp_path):
+    from nlp_bench.spec.megatron.translations import Translation
+
+    repo = tmp_path / "Megatron-LM"
+    (repo / "megatron" / "core").mkdir(parents=True)
+    (repo / "megatron" / "core" / "package_info.py").write_text("MAJOR = 0\nMINOR = 9\nPATCH = 0\nPRE_RELEASE = 'rc0'\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "the change"], check=True)
+    change = read_checkout(repo).commit
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "later"], check=True)
+    later = Translation("some-flag", "0.9.0", change, "2024-07-26", "gone", {})
+    elsewhere = Translation("some-flag", "0.9.0", "0" * 40, "2024-07-26", "gone", {})
+    checkout = read_checkout(repo)
+    assert checkout.version == "0.9.0rc0" and checkout.commit != change
+    assert later.applies_to(checkout) and not elsewhere.applies_to(checkout)
+    assert elsewhere.applies_to(Checkout(repo, "0.9.0", None))  # a release has it, by cherry-pick or not
+
+
+def test_a_named_checkout_that_cannot_be_read_is_an_error_even_for_a_dry_run(bench, monkeypatch, tmp_path):
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(tmp_path / "nowhere"))
+    out = bench("run", "--tag", "175", "--trainer", "megatron-lm", "--dry-run")
+    assert out.exit_code == 2 and "pretrain_gpt.py not found in" in out.output
+    monkeypatch.delenv("MEGATRON_LM_REPO")  # the profile's checkout is not on this machine: the reference's flags
+    out = bench("run", "--tag", "175", "--trainer", "megatron-lm", "--dry-run")
+    assert out.exit_code == 0 and "no Megatron-LM checkout here: the arguments are the reference's" in out.output

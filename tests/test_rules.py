@@ -14,8 +14,8 @@ from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args, jobscript_nodes
 from nlp_bench.spec.benchmark import load_benchmark
 from nlp_bench.spec.megatron.checkout import Checkout
-from nlp_bench.spec.megatron.tables import reference_table
 from nlp_bench.spec.megatron.target import for_megatron
+from nlp_bench.spec.megatron.translations import reference_table
 from nlp_bench.spec.rules import load_rules, parse_argv
 
 STAND_IN = ROOT / "tests" / "fixtures" / "megatron_lm"

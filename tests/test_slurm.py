@@ -467,6 +467,9 @@ def test_megatron_lm_set_up_as_the_reference_does_on_the_emulated_cluster(slurm_
     doctor = run_bench("doctor", "--system", "local-slurm", "--trainer", "megatron-lm", cwd=work)
     assert f"ok    megatron-lm         Megatron-LM 0.4.0rc0 ({commit[:10]}, with local changes) at {into}" \
         in doctor.stdout, doctor.stdout
+    # the smoke tag's mock data came after the reference's version: that, and only that, is what fails
+    assert doctor.returncode == 1 and "1 check(s) failed: megatron-lm flags" in doctor.stdout + doctor.stderr
+    assert "Megatron-LM 0.4.0rc0 (f772743329) has no flag --mock-data" in doctor.stdout
     # a checkout with changes of its own (not the patch) is not overwritten
     (into / "pretrain_gpt.py").write_text("mine\n")
     done = subprocess.run(["sbatch", "--wait", "setup.sbatch"], cwd=work, capture_output=True, text=True, timeout=300)

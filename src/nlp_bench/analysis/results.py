@@ -14,7 +14,7 @@ from nlp_bench.spec.switches import decode
 from nlp_bench.spec.trainers import BUILTIN
 from nlp_bench.store import states
 from nlp_bench.store.files import StoreError, naming
-from nlp_bench.store.names import JOB_OUT, JOBSCRIPT, PROVENANCE_ENV
+from nlp_bench.store.names import JOB_OUT, JOBSCRIPT
 from nlp_bench.store.point_folder import PointDir, sha256
 from nlp_bench.store.records import PointRecord, now_iso
 from nlp_bench.store.runs import Run
@@ -143,16 +143,6 @@ def _energy(point: PointRecord, records: list, log_text: str, folder: PointDir) 
 _LIBRARIES = re.compile(r"nlp-bench trainer: torch (\S+?),?(?: \(CUDA (\S+), NCCL ([^)]+)\))?, backend")
 
 
-def _environment(folder: PointDir) -> dict[str, str]:
-    """provenance.env, written by the jobscript at start: NAME=value per line."""
-    try:
-        text = folder.file(PROVENANCE_ENV).read_text(errors="replace")
-    except OSError:
-        return {}
-    pairs = (line.partition("=") for line in text.splitlines())
-    return {name: value for name, sep, value in pairs if sep}
-
-
 def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
     """Where a number comes from: the commit that rendered the jobscript, the sha256 of the script as it was
     submitted (hashed then, not now: the file may have been edited since), the nodes, the library versions
@@ -169,7 +159,7 @@ def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
             submitted = sha256(folder.file(JOBSCRIPT).read_bytes())
         except OSError:
             submitted = None
-    environment = _environment(folder)
+    environment = folder.environment()
     libraries = _LIBRARIES.search(log_text)
     found = {
         "git_commit": commit,

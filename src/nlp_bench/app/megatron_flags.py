@@ -60,8 +60,10 @@ def write_flag_table(checkout_dir: Path, python: str | None, commit: str | None,
                  f"(Python {version_of[0] if version_of else platform.python_version()}, torch "
                  f"{version_of[1] if len(version_of) > 1 else '?'})")
     path = (out_dir or tables_dir()) / f"{checkout.version}.tsv"
-    text = table_text(checkout.version, commit, source or f"github.com/NVIDIA/Megatron-LM at {commit}", generated,
-                      flags)
+    source = source or f"github.com/NVIDIA/Megatron-LM at {commit}"
+    if checkout.modified:
+        source += " (with local changes to tracked files)"
+    text = table_text(checkout.version, commit, source, generated, flags)
     try:
         write_text_atomic(path, text)
     except OSError as exc:

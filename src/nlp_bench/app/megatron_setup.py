@@ -14,7 +14,7 @@ from nlp_bench.app.doctor import PLACEHOLDERS
 from nlp_bench.errors import LaunchError, SpecError
 from nlp_bench.fsio import write_text_atomic
 from nlp_bench.launch.render import render_setup_script
-from nlp_bench.spec.megatron.tables import reference_table
+from nlp_bench.spec.megatron.translations import reference_table
 from nlp_bench.spec.systems import load_system
 
 UPSTREAM = "https://github.com/NVIDIA/Megatron-LM.git"
@@ -24,6 +24,7 @@ PATCH, APEX = Path("benchmark/aux/add_tflops_logging.patch"), Path("src/apex")
 PACKAGES = ("nltk", "sentencepiece", "einops", "mpmath", "ninja")
 #: the profile's own time limit is sized for training; building Apex and flash-attn takes about an hour
 SETUP_TIME = "02:00:00"
+#: as a profile's megatron_lm_repo: a $NAME may expand when the job runs, nothing may run
 _PATH = re.compile(r"[A-Za-z0-9_./~${}+,:@-]+")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}|[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -60,12 +61,13 @@ def write_setup(system_name: str, commit: str | None, reference: Path, output: P
                         f"slurm/systems/{system.name}.yaml (bench run reads it too)")
     if not _PATH.fullmatch(into):
         raise SpecError(f"--into {into!r}: a path of letters, digits and _./~${{}}+,:@- only")
-    if "$" not in into and not into.startswith("~"):
+    expands = "$" in into or into.startswith("~")
+    if not expands:
         into = str(Path(into).resolve())  # the job starts in the script's folder, not here
     apex_dir = str(reference / APEX) if apex is None else apex
     wanted = list(PACKAGES if packages is None else packages) + (["flash-attn", "--no-build-isolation"] if flash_attn else [])
     sbatch = {**system.sbatch, "time": time or SETUP_TIME}
-    text = render_setup_script(system, commit=commit, into=into, url=url, patch=str(patch), apex=apex_dir,
+    text = render_setup_script(system, commit=commit, into=into, into_expands=expands, url=url, patch=str(patch), apex=apex_dir,
                                venv=str(venv.resolve()) if venv else "", packages=wanted, sbatch=sbatch,
                                script_name=output.name, out_name=f"{output.stem}.out")
     try:
@@ -81,9 +83,13 @@ def submit_setup(job: SetupJob) -> str:
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise LaunchError("sbatch not on PATH: load the site's Slurm module, or run the script where Slurm is")
-    done = subprocess.run([sbatch, "--parsable", job.script.name], cwd=job.script.parent, capture_output=True,
-                          text=True, timeout=120)
+    try:
+        done = subprocess.run([sbatch, "--parsable", job.script.name], cwd=job.script.parent, capture_output=True,
+                              text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"sbatch {job.script} did not answer within 120 s; is the Slurm controller up?") from None
     if done.returncode != 0:
-        raise LaunchError(f"sbatch {job.script} failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+        said = done.stderr.strip().splitlines()
+        raise LaunchError(f"sbatch {job.script} failed: {said[-1] if said else f'exit {done.returncode}'}")
     return done.stdout.strip().split(";")[0]
 

@@ -8,15 +8,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args, jobscript_nodes
 from nlp_bench.spec.benchmark import load_benchmark
+from nlp_bench.spec.megatron.checkout import Checkout
 from nlp_bench.spec.megatron.target import checkout_for, for_megatron
-from nlp_bench.spec.megatron.translations import named
+from nlp_bench.spec.megatron.translations import for_checkout, named
 from nlp_bench.spec.rules import Deviation, Verdict, load_rules
 from nlp_bench.spec.trainers import MEGATRON_LM
 from nlp_bench.store.names import JOBSCRIPT, TRAIN_ARGS_FILE
+from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import find_run
 
 
@@ -94,8 +98,22 @@ def check_point(folder: Path, point: dict[str, Any], rules: str) -> PointVerdict
     nodes = jobscript_nodes(text) or point["layout"]["nodes"]
     made = point.get("megatron_lm") or {}
     translations = named(made.get("translations", []), str(folder))
-    return PointVerdict(point["id"], source, load_rules(rules).check(point["tag"], argv, nodes, translations),
-                        _made_for(made))
+    label = _made_for(made)
+    ran_on = _version_that_ran(folder) if made and ran.is_file() else None
+    if ran_on and ran_on != made.get("version"):
+        # judged by what the Megatron-LM that ran does, not by the one the arguments were made for
+        translations = for_checkout(Checkout(folder, ran_on, None))
+        label = f"Megatron-LM {ran_on}, as it ran (the arguments were made for {made.get('version') or 'the reference'})"
+    return PointVerdict(point["id"], source, load_rules(rules).check(point["tag"], argv, nodes, translations), label)
+
+
+def _version_that_ran(folder: Path) -> str | None:
+    """The Megatron-LM version the job found at start (provenance.env), where it is one."""
+    found = PointDir(folder).environment().get("MEGATRON_LM_VERSION")
+    try:
+        return found if found and Version(found) else None
+    except InvalidVersion:
+        return None
 
 
 def _tag_rules(point: dict[str, Any]) -> str | None:

@@ -17,7 +17,6 @@ from nlp_bench.errors import ResultError, SpecError
 from nlp_bench.fsio import read_json, write_json_atomic
 from nlp_bench.report.table import export, read_export
 from nlp_bench.spec.trainers import BUILTIN
-from nlp_bench.store.names import PROVENANCE_ENV
 from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import Run
 
@@ -73,21 +72,13 @@ def _software(folder: Path, point: dict[str, Any]) -> dict[str, Any]:
     """What the job ran on, as its log and its environment record say."""
     result = PointDir(folder).result() or {}
     found = result.get("provenance") or {}
-    environment = found.get("environment") or {}
+    environment = {**(found.get("environment") or {}), **PointDir(folder).environment()}
     return {"point": point["id"], "trainer": point.get("trainer", BUILTIN), "torch": found.get("torch"),
             "cuda": found.get("cuda"), "nccl": found.get("nccl"),
-            "megatron_lm_commit": _env_file(folder).get("MEGATRON_LM_COMMIT") or environment.get("MEGATRON_LM_COMMIT"),
-            "megatron_lm_version": _env_file(folder).get("MEGATRON_LM_VERSION") or environment.get("MEGATRON_LM_VERSION"),
+            "megatron_lm_commit": environment.get("MEGATRON_LM_COMMIT"),
+            "megatron_lm_version": environment.get("MEGATRON_LM_VERSION"),
             "megatron_lm_made_for": (point.get("megatron_lm") or {}).get("version"),
             "nodelist": found.get("nodelist"), "jobscript_sha256": found.get("jobscript_sha256")}
-
-
-def _env_file(folder: Path) -> dict[str, str]:
-    path = folder / PROVENANCE_ENV
-    if not path.is_file():
-        return {}
-    pairs = (line.partition("=") for line in path.read_text(errors="replace").splitlines())
-    return {name: value for name, sep, value in pairs if sep}
 
 
 def _sha256(path: Path) -> str:

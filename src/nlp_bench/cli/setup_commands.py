@@ -56,4 +56,5 @@ def setup_megatron_lm(reference: Path, commit, system_name, into, url, venv, pac
         click.echo(f"submitted job {submit_setup(job)}; its output: {job.script.with_suffix('.out')}")
     else:
         click.echo(f"submit it with: sbatch {job.script}")
-    click.echo("then: bench doctor --trainer megatron-lm (it names the version and commit it finds)")
+    click.echo(f"then: bench doctor --trainer megatron-lm --tag 13 --system {system_name} (it names the version and "
+               "commit it finds and checks the tag's flags for it)")

@@ -48,6 +48,14 @@ def shell_value(value: Any) -> str:
     return "".join(f'"{part}"' if _VARIABLE.fullmatch(part) else shlex.quote(part) for part in parts)
 
 
+def site_path(text: str) -> str:
+    """A profile's path (checked to hold no quote, backtick or parenthesis) as one shell word in which its
+    $NAMEs expand when the job runs; a leading ~ becomes $HOME, which bash would not expand inside quotes."""
+    if text == "~" or text.startswith("~/"):
+        text = "$HOME" + text[1:]
+    return f'"{text}"'
+
+
 def train_flags(train: dict[str, Any]) -> list[str]:
     """Megatron flags from a `train` mapping: true is a bare switch, false/None leave the flag out."""
     out = []
@@ -89,7 +97,8 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
     return template.render(
         p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
         train_flags=train_flags(train), compile=compile_job, megatron=point.trainer == MEGATRON_LM,
-        megatron_repo=made.get("repo") or point.system.megatron_lm_repo, megatron_version=made.get("version"),
+        megatron_repo=shlex.quote(made["repo"]) if made.get("repo") else site_path(point.system.megatron_lm_repo),
+        megatron_version=made.get("version"),
         megatron_table=made.get("flag_table"),
         train_args_file=TRAIN_ARGS_FILE, start_line=protocol.START_LINE, exit_line=protocol.EXIT_LINE,
         out_name=COMPILE_OUT if compile_job else JOB_OUT, err_name=COMPILE_ERR if compile_job else JOB_ERR,
@@ -106,12 +115,14 @@ def render_compile_script(point: Point) -> str | None:
 SETUP_TEMPLATE = "setup_megatron_lm.sbatch.j2"
 
 
-def render_setup_script(system: System, *, commit: str, into: str, url: str, patch: str, apex: str, venv: str,
-                        packages: list[str], sbatch: dict[str, Any], script_name: str, out_name: str) -> str:
-    """The set-up job of `bench setup megatron-lm` (the reference's setup_venv and build steps). `into` is
-    written as the profile's megatron_lm_repo is (a $NAME may expand); every other value is one quoted word."""
+def render_setup_script(system: System, *, commit: str, into: str, into_expands: bool, url: str, patch: str,
+                        apex: str, venv: str, packages: list[str], sbatch: dict[str, Any], script_name: str,
+                        out_name: str) -> str:
+    """The set-up job of `bench setup megatron-lm` (the reference's setup_venv and build steps). `into` is a
+    site path where `into_expands` (a $NAME in it expands, see site_path); every other value is one word taken
+    as it is."""
     template = _environment(str(slurm_dir() / "templates")).get_template(SETUP_TEMPLATE)
     return template.render(
-        system=system, commit=shell_value(commit), into=into, url=shell_value(url), patch=shell_value(patch),
-        apex=shell_value(apex), venv=shell_value(venv) if venv else "", sbatch=sbatch, script_name=script_name,
-        out_name=out_name, packages=" ".join(shell_value(p) for p in packages))
+        system=system, commit=shlex.quote(commit), into=site_path(into) if into_expands else shlex.quote(into), url=shlex.quote(url), patch=shlex.quote(patch),
+        apex=shlex.quote(apex), venv=shlex.quote(venv) if venv else "", sbatch=sbatch, script_name=script_name,
+        out_name=out_name, packages=" ".join(shlex.quote(p) for p in packages))

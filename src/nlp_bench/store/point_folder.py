@@ -21,6 +21,7 @@ from nlp_bench.store.names import (
     POINT_JSON,
     POINT_LOCK,
     PREDICTION_JSON,
+    PROVENANCE_ENV,
     RESULT_JSON,
     STATE_JSON,
     STATE_LOCK,
@@ -86,6 +87,15 @@ class PointDir:
 
     def write_prediction(self, data: dict[str, Any]) -> None:
         write_object(self.path / PREDICTION_JSON, data, durable=False)
+
+    def environment(self) -> dict[str, str]:
+        """provenance.env, which the jobscript writes at start (NAME=value per line); empty before that."""
+        try:
+            text = (self.path / PROVENANCE_ENV).read_text(errors="replace")
+        except OSError:
+            return {}
+        pairs = (line.partition("=") for line in text.splitlines())
+        return {name: value for name, sep, value in pairs if sep}
 
     # --- the parsed result --------------------------------------------------------------------------
 

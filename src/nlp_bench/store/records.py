@@ -122,6 +122,9 @@ class PointRecord:
         made = data.get("megatron_lm")
         if made is not None:
             _want(data, "megatron_lm", dict, path)
+            for key in ("version", "commit", "repo"):
+                if not isinstance(made.get(key), (str, type(None))):
+                    raise StoreError(f"{path}: megatron_lm.{key} must be text or null")
             for key in ("translations", "translated"):
                 names = made.get(key, [])
                 if not isinstance(names, list) or not all(isinstance(n, str) for n in names):

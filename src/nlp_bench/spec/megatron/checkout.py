@@ -68,27 +68,23 @@ def read_version(repo: Path) -> str:
     return text  # as written (the jobscript compares it with what it reads from the same file)
 
 
-def read_commit(repo: Path) -> str | None:
+def _git(repo: Path, *args: str) -> str | None:
+    """git's answer in `repo`, or None where it has none (no git, not a repository, a hung file system)."""
     try:
-        done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "HEAD"], capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if done.returncode != 0:
-        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def read_commit(repo: Path) -> str | None:
+    commit, top = _git(repo, "rev-parse", "--verify", "HEAD"), _git(repo, "rev-parse", "--show-toplevel")
     # a Megatron-LM folder inside some other repository is not that repository's commit
-    top = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                         timeout=30).stdout.strip()
-    return done.stdout.strip() if top and Path(top).resolve() == repo.resolve() else None
+    return commit if commit and top and Path(top).resolve() == repo.resolve() else None
 
 
 def read_modified(repo: Path) -> bool:
-    try:
-        done = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and bool(done.stdout.strip())
+    return bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))
 
 
 def read_checkout(repo: Path) -> Checkout:

@@ -15,7 +15,8 @@ from packaging.version import InvalidVersion, Version
 from nlp_bench.errors import SpecError
 from nlp_bench.paths import benchmark_dir
 
-COLUMNS = ("name", "type", "nargs", "choices", "default", "deprecated")
+#: dest: the argparse attribute the flag sets (two spellings of one switch share it, and a default is its)
+COLUMNS = ("name", "dest", "type", "nargs", "choices", "default", "deprecated")
 #: the header lines a table keeps about where it came from (`# key: value`)
 HEADER_KEYS = ("version", "commit", "source", "generated")
 
@@ -23,6 +24,7 @@ HEADER_KEYS = ("version", "commit", "source", "generated")
 @dataclass(frozen=True)
 class Flag:
     name: str
+    dest: str
     type: str
     nargs: Any
     choices: tuple[str, ...] | None
@@ -54,7 +56,7 @@ def table_text(version: str, commit: str, source: str, generated: str, flags: li
              f"# version: {version}", f"# commit: {commit}", f"# source: {source}", f"# generated: {generated}",
              "\t".join(COLUMNS)]
     for flag in sorted(flags, key=lambda f: f["name"]):
-        lines.append("\t".join([flag["name"], str(flag["type"]), json.dumps(flag["nargs"]),
+        lines.append("\t".join([flag["name"], flag["dest"], str(flag["type"]), json.dumps(flag["nargs"]),
                                 json.dumps(flag["choices"]), json.dumps(flag["default"]),
                                 "yes" if flag["deprecated"] else "no"]))
     return "\n".join(lines) + "\n"
@@ -84,10 +86,15 @@ def _read(path: Path, _mtime_ns: int) -> FlagTable:
         try:
             if len(cells) != len(COLUMNS):
                 raise ValueError(f"{len(cells)} columns, not {len(COLUMNS)}")
-            choices = json.loads(cells[3])
-            flags[cells[0]] = Flag(cells[0], cells[1], json.loads(cells[2]),
-                                   None if choices is None else tuple(str(c) for c in choices),
-                                   json.loads(cells[4]), cells[5] == "yes")
+            name, dest, kind, nargs, choices, default, deprecated = cells
+            options = json.loads(choices)
+            if options is not None and not isinstance(options, list):
+                raise ValueError(f"choices {choices} is not a list")
+            if deprecated not in ("yes", "no"):
+                raise ValueError(f"deprecated is {deprecated!r}, not yes or no")
+            flags[name] = Flag(name, dest, kind, json.loads(nargs),
+                               None if options is None else tuple(str(c) for c in options),
+                               json.loads(default), deprecated == "yes")
         except ValueError as exc:
             raise SpecError(f"{path}:{number}: not a flag table row ({exc}); write the table again with "
                             "`bench rules flags CHECKOUT`") from None
@@ -108,11 +115,6 @@ def known_tables() -> list[FlagTable]:
     if not found:
         raise SpecError(f"no Megatron-LM flag table in {tables_dir()}; add one with `bench rules flags CHECKOUT`")
     return [table for _, table in sorted(found, key=lambda pair: pair[0])]
-
-
-def reference_table() -> FlagTable:
-    """The oldest table: the Megatron-LM the benchmark's reference pins."""
-    return known_tables()[0]
 
 
 def table_for(version: str) -> tuple[FlagTable, bool]:

@@ -15,6 +15,7 @@ from packaging.version import InvalidVersion, Version
 from nlp_bench.errors import SpecError
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.megatron.checkout import Checkout
+from nlp_bench.spec.megatron.tables import FlagTable, table_for, tables_dir
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _KEYS = {"since", "commit", "date", "does", "becomes"}
@@ -33,9 +34,10 @@ class Translation:
     becomes: dict[str, Any] | None
 
     def applies_to(self, checkout: Checkout) -> bool:
-        """Whether `checkout` has the change: its git history says so where it can, else its version."""
-        held = checkout.contains(self.commit)
-        return held if held is not None else checkout.parsed_version >= Version(self.since)
+        """Whether `checkout` has the change: a release at or after `since` has it (on a release branch it may
+        have come by cherry-pick, under another hash); a checkout between releases, where its git history
+        holds the commit."""
+        return checkout.parsed_version >= Version(self.since) or checkout.contains(self.commit) is True
 
     def spelled(self, value: Any) -> dict[str, Any]:
         """The flags that say what `--flag value` said, for a version with the change."""
@@ -57,15 +59,29 @@ def translations_path() -> Path:
     return benchmark_dir() / "megatron-lm" / "translations.yaml"
 
 
+def _mtime(path: Path) -> int:
+    return path.stat().st_mtime_ns if path.exists() else 0
+
+
 def load_translations() -> dict[str, Translation]:
-    path = translations_path()
-    return _load(path, path.stat().st_mtime_ns if path.exists() else 0)
+    return _load(translations_path(), _mtime(translations_path()))[1]
+
+
+def reference_table() -> FlagTable:
+    """The flag table of the Megatron-LM the benchmark's reference pins (translations.yaml names its version)."""
+    version = _load(translations_path(), _mtime(translations_path()))[0]
+    table, exact = table_for(version)
+    if not exact:
+        raise SpecError(f"{translations_path()}: reference_version {version} has no flag table in {tables_dir()}")
+    return table
 
 
 @functools.lru_cache(maxsize=4)
-def _load(path: Path, _mtime_ns: int) -> dict[str, Translation]:
+def _load(path: Path, _mtime_ns: int) -> tuple[str, dict[str, Translation]]:
     data = load_yaml(path, "Megatron-LM translations")
-    check_keys(data, {"source", "translations"}, str(path))
+    check_keys(data, {"source", "reference_version", "translations", "default_changes"}, str(path))
+    if not isinstance(data.get("reference_version"), str):
+        raise SpecError(f"{path}: reference_version must name the reference's Megatron-LM version, quoted")
     out = {}
     for flag, entry in (data.get("translations") or {}).items():
         where = f"{path}: {flag}"
@@ -85,7 +101,14 @@ def _load(path: Path, _mtime_ns: int) -> dict[str, Translation]:
             raise SpecError(f"{where}: becomes must be null or a mapping of flags to true or a string")
         out[str(flag)] = Translation(str(flag), str(entry["since"]), str(entry["commit"]), str(entry["date"]),
                                      str(entry["does"]), None if becomes is None else dict(becomes))
-    return out
+    return data["reference_version"], out
+
+
+def default_changes() -> dict[str, str]:
+    """Destinations whose default differs between the reference's table and the newest one, each with why the
+    reference's tags need no translation for it (translations.yaml's default_changes)."""
+    data = load_yaml(translations_path(), "Megatron-LM translations")
+    return {str(k): str(v) for k, v in (data.get("default_changes") or {}).items()}
 
 
 def named(names: list[str], where: str) -> list[Translation]:
@@ -99,8 +122,14 @@ def named(names: list[str], where: str) -> list[Translation]:
 
 
 def for_checkout(checkout: Checkout) -> list[Translation]:
-    """The translations `checkout` needs: those whose change it has."""
-    return [t for t in load_translations().values() if t.applies_to(checkout)]
+    """The translations `checkout` needs: those whose change it has (asked once per checkout: each may be a
+    git call, and a sweep renders many points for one checkout)."""
+    return list(_needed(checkout, _mtime(translations_path())))
+
+
+@functools.lru_cache(maxsize=8)
+def _needed(checkout: Checkout, _mtime_ns: int) -> tuple[Translation, ...]:
+    return tuple(t for t in load_translations().values() if t.applies_to(checkout))
 
 
 def translate(flags: dict[str, Any], needed: list[Translation], where: str) -> tuple[dict[str, Any], list[Translation]]:
