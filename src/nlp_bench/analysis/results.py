@@ -24,7 +24,7 @@ RESULT_COLUMNS = [
     "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
     "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
     "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "state", "failure_class", "run",
-    "point", "trainer", "Joules/token", "Report_kWh",
+    "point", "trainer", "trainer_version", "Joules/token", "Report_kWh",
 ]
 
 
@@ -212,8 +212,23 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "Predicted/Measured": predicted / measured if predicted and measured else None,
         "state": attempt.state if attempt else states.NOT_SUBMITTED,
         "failure_class": attempt.failure_class if attempt else None,
-        "run": run_id, "point": point.id, "trainer": point.trainer, "model": point.model["name"],
+        "run": run_id, "point": point.id, "trainer": point.trainer,
+        "trainer_version": _trainer_version(point, folder, version), "model": point.model["name"],
     }
+
+
+def _trainer_version(point: PointRecord, folder: PointDir, version: str | None) -> str | None:
+    """The version of the program that trained: nlp-bench's for the built-in trainer; for Megatron-LM the one
+    the job found at start (provenance.env), else the one its arguments were made for, with the commit."""
+    made = point.megatron_lm
+    if made is None:
+        return version if point.trainer == BUILTIN else None
+    found = folder.environment()
+    ran = found.get("MEGATRON_LM_VERSION") or made.get("version")
+    commit = found.get("MEGATRON_LM_COMMIT") or made.get("commit")
+    if not ran:
+        return None
+    return f"{ran} ({commit[:10]})" if commit and commit != "unknown" else ran
 
 
 def missing_row(run_id: str, point_id: str, version: str | None) -> dict[str, Any]:
