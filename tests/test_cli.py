@@ -124,7 +124,8 @@ def test_parse_prints_the_documented_json(tmp_path):
     out = json.loads(proc.stdout)
     assert out["format"] == "megatron-jupiter"
     assert set(out["records"][0]) == {"iteration", "iteration_time_s", "global_batch_size", "seq_length",
-                                      "tokens_per_s", "samples_per_s", "tflops_per_gpu", "loss"}
+                                      "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu_percent", "loss"}
+    assert out["warnings"] == {}
     summary = out["summary"]
     assert {"iterations", "warmup_excluded", "tokens_per_s", "tokens_per_s_all_intervals", "samples_per_s",
             "time_to_report_s"} <= set(summary)

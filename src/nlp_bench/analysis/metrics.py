@@ -123,8 +123,9 @@ class JubeFigure:
         if not self._count:
             return None
         gbs = self.global_batch_size or self._last.global_batch_size
-        if gbs and self.seq_length and self._timed:
-            return _figure(lambda t: gbs * self.seq_length * self._count / t, self._times)
+        seq = self.seq_length or self._last.seq_length
+        if gbs and seq and self._timed:
+            return _figure(lambda t: gbs * seq * self._count / t, self._times)
         return _figure(lambda s: self._count / s, self._per_token) if self._rated else None
 
 
@@ -193,20 +194,22 @@ def t95(df: int) -> float:
 
 def record_view(record: Record, seq_length: int | None) -> dict:
     """One record as the documented JSON contract has it; null where the log cannot say, and where a rate
-    derived from it is no finite number (a time so short, or a batch so large, that it overflows)."""
+    derived from it is no finite number (a time so short, or a batch so large, that it overflows). The
+    sequence length is the caller's, or the one the log states."""
     gbs, seconds = record.global_batch_size, record.iteration_time_s
+    seq_length = seq_length or record.seq_length
     samples = record.samples_per_s
     if samples is None and gbs and seconds:
         samples = _figure(operator.truediv, gbs, seconds)
-    if gbs and seq_length and seconds:
-        tokens = _figure(tokens_per_s, gbs, seq_length, seconds)
-    elif record.tokens_per_s is not None:
+    if record.tokens_per_s is not None:  # what the framework printed, not re-derived from rounded fields
         tokens = record.tokens_per_s
+    elif gbs and seq_length and seconds:
+        tokens = _figure(tokens_per_s, gbs, seq_length, seconds)
     else:
         tokens = _figure(operator.mul, samples, seq_length) if samples is not None and seq_length else None
     return {"iteration": record.iteration, "iteration_time_s": seconds, "global_batch_size": gbs,
             "seq_length": seq_length, "tokens_per_s": tokens, "samples_per_s": samples,
-            "tflops_per_gpu": record.tflops_per_gpu, "loss": record.loss}
+            "tflops_per_gpu": record.tflops_per_gpu, "mfu_percent": record.mfu_percent, "loss": record.loss}
 
 
 def warmup_count(rates: list[float]) -> int:

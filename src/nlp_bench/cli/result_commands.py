@@ -234,9 +234,12 @@ def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_js
     if as_json:
         # allow_nan=False: a NaN or Infinity is no JSON, and a figure that overflowed must fail here, loudly
         click.echo(json.dumps({"format": parsed.format, "records": records, "summary": summary,
-                               "skipped_long_lines": parsed.skipped_long_lines}, indent=2, allow_nan=False))
+                               "skipped_long_lines": parsed.skipped_long_lines, "warnings": parsed.warnings},
+                              indent=2, allow_nan=False))
         return
     click.echo(render_parsed(parsed.format, records, summary), nl=False)
     if parsed.skipped_long_lines:
         click.echo(f"skipped {parsed.skipped_long_lines:,} line(s) longer than {parsers.MAX_LINE:,} characters "
                    "(no training stack prints one; not read)")
+    for reason, lines in parsed.warnings.items():
+        click.echo(f"warning: {lines:,} line(s): {reason}")

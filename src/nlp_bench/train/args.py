@@ -125,6 +125,8 @@ def _run_flags(a) -> None:
     a("--eval-interval", type=int, default=1000, help="evaluate on the validation split every this many iterations")
     a("--eval-iters", type=int, default=100, help="global batches per evaluation (0: no evaluation)")
     a("--tensorboard-dir", default=None)
+    a("--mlperf-log", default=None, metavar="FILE",
+      help="also write the run as MLPerf logging events (:::MLLOG lines) to FILE, for MLPerf tooling")
     a("--tensorboard-queue-size", type=int, default=1000, help="events the writer holds before it writes them")
     a("--log-timers-to-tensorboard", action="store_true", help="also write the iteration time")
     a("--log-batch-size-to-tensorboard", action="store_true", help="also write the global batch size")

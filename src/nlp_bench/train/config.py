@@ -119,13 +119,15 @@ class RunControl:
 
 @dataclass(frozen=True)
 class BoardConfig:
-    """Megatron's TensorBoard switches."""
+    """Where the run's figures go besides the log line: Megatron's TensorBoard switches, and an MLPerf
+    logging event file."""
 
     folder: str | None
     queue_size: int
     timers: bool
     batch_size: bool
     validation_ppl: bool
+    mlperf_log: str | None = None
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,8 @@ def build_config(args: Namespace, world: int) -> TrainConfig:
                            args.load, args.save_interval, args.exit_interval, args.exit_duration_in_mins,
                            args.exit_signal_handler, args.inject_inf_grad_at_iteration),
         board=BoardConfig(args.tensorboard_dir, args.tensorboard_queue_size, args.log_timers_to_tensorboard,
-                          args.log_batch_size_to_tensorboard, args.log_validation_ppl_to_tensorboard),
+                          args.log_batch_size_to_tensorboard, args.log_validation_ppl_to_tensorboard,
+                          args.mlperf_log),
         profile=ProfileConfig(args.profile, tuple(args.profile_ranks or [0]), args.profile_step_start,
                               args.profile_step_end, args.tensorboard_dir or "profile"),
         checkpoint_shape={name: getattr(args, name) for name in CHECKPOINT_SHAPE})

@@ -47,6 +47,11 @@ class IntervalLog:
             from torch.utils.tensorboard import SummaryWriter
 
             self.board = SummaryWriter(log_dir=board.folder, max_queue=board.queue_size)
+        self.mlperf = None
+        if board.mlperf_log and groups.rank == groups.world - 1:
+            from nlp_bench.train.mlperf_log import MlperfLog
+
+            self.mlperf = MlperfLog(board.mlperf_log)
         self._reset()
 
     def _reset(self) -> None:
@@ -96,6 +101,8 @@ class IntervalLog:
                                  seconds=seconds, lr=lr, global_batch=self.global_batch, seq_length=self.seq_length,
                                  loss=loss, loss_scale=loss_scale, grad_norm=grad_norm, skipped=self.skipped,
                                  nan=self.nan, tflops=tflops, energy_j=energy_j), flush=True)
+            if self.mlperf is not None:
+                self.mlperf.interval(iteration * self.global_batch, seconds, self.global_batch, loss)
         self._reset()
 
     def _energy(self) -> float | None:
@@ -111,7 +118,10 @@ class IntervalLog:
         return total[0].item() if total[1].item() > 0 else None
 
     def validation(self, iteration: int, loss: float) -> None:
-        """The validation loss (and, when asked, its perplexity) under Megatron's TensorBoard tags."""
+        """The validation loss (and, when asked, its perplexity) under Megatron's TensorBoard tags, and as
+        MLPerf's evaluation events."""
+        if self.mlperf is not None:
+            self.mlperf.evaluation(iteration * self.global_batch, loss)
         if self.board is None:
             return
         self.board.add_scalar("lm loss validation", loss, iteration)
@@ -119,7 +129,10 @@ class IntervalLog:
             self.board.add_scalar("lm loss validation ppl", math.exp(min(20.0, loss)), iteration)
         self.board.flush()
 
-    def close(self) -> None:
+    def close(self, iteration: int, finished: bool) -> None:
+        """The run ended after `iteration`, at its last iteration (`finished`) or stopped before it."""
+        if self.mlperf is not None:
+            self.mlperf.stopped(iteration * self.global_batch, finished)
         if self.board is not None:
             self.board.close()
         if self.meter is not None:

@@ -246,7 +246,7 @@ class Trainer:
             if stop:
                 self.say(f"stopping after iteration {iteration}: {stop}")
                 break
-        self.log.close()
+        self.log.close(iteration, iteration == control.iterations)
         self._finish(iteration, time.perf_counter() - t_start)
         return 0
 
@@ -303,6 +303,7 @@ def _interval_log(config: TrainConfig, groups: ProcessGroups, device: torch.devi
 def setup(config: TrainConfig) -> Trainer:
     """Everything a run needs, in the order that finds a user's mistake before any process group starts:
     data, kernel choice, xla; then the groups, the model, the optimizer, a checkpoint to resume from."""
+    init_ms = int(time.time() * 1000)
     data, valid = load_data(config)
     try:
         kernels.configure(config.switches.unfused, persist_layer_norm=config.switches.persist_layer_norm)
@@ -328,9 +329,31 @@ def setup(config: TrainConfig) -> Trainer:
             say(groups, f"resumed from {config.control.load} at iteration {start}")
     profiler = StepProfiler(config.profile, groups.rank, device.type,
                             lambda text: print(f"nlp-bench trainer: {text}", flush=True))
-    return Trainer(config, groups, device, xla, model, rng, buffer, optimizer, data, valid,
-                   _interval_log(config, groups, device), profiler, start=start, position=position,
+    try:
+        log = _interval_log(config, groups, device)
+    except OSError as exc:
+        raise UsageError(f"cannot write the MLPerf log {config.board.mlperf_log}: {exc.strerror}") from None
+    if log.mlperf is not None:
+        log.mlperf.samples_at_block = start * config.batch.global_batch_size
+        log.mlperf.started(init_ms, _mlperf_settings(config))
+    return Trainer(config, groups, device, xla, model, rng, buffer, optimizer, data, valid, log, profiler,
+                   start=start, position=position,
                    evaluated=start // config.control.eval_interval if valid is not None else 0)
+
+
+def _mlperf_settings(config: TrainConfig) -> dict:
+    """The run's settings under MLPerf logging's keys."""
+    from nlp_bench.train.mlperf_log import BENCHMARK
+
+    batch, opt = config.batch, config.optimizer
+    return {"submission_benchmark": BENCHMARK, "submission_org": "nlp-bench", "submission_division": "open",
+            "submission_status": "research", "submission_platform": socket.gethostname(),
+            "global_batch_size": batch.global_batch_size, "max_sequence_length": batch.seq_length,
+            "gradient_accumulation_steps": batch.micro_batches, "seed": config.data.seed,
+            "opt_base_learning_rate": config.schedule.max_lr,
+            "opt_adam_beta_1": opt.betas[0], "opt_adam_beta_2": opt.betas[1], "opt_adam_epsilon": opt.eps,
+            "opt_gradient_clip_norm": opt.clip_grad, "opt_weight_decay": opt.weight_decay,
+            "train_samples": config.control.iterations * batch.global_batch_size}
 
 
 def main(argv: list[str] | None = None) -> int:

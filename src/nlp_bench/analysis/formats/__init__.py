@@ -1,0 +1,14 @@
+"""One module per log format, each a scan with the same five duties, fed whole lines by `parsers`:
+
+- `feed(text, start, end)`: read the lines text[start:end] (a block of whole lines, each ending with `\\n`;
+  a carriage return has already become a line break, so a progress bar's redraw is a line of its own);
+- `finish(torn)`: the last line of a log that does not end with a line break (it may be cut anywhere);
+- `found()`: whether any record was found yet (detection stops feeding the formats after the first that has);
+- `result()`: the records in iteration order and the format's name (None without records);
+- `part()` / `join(part)`: what the scan of one byte range found, to merge ranges read by parallel workers
+  in the log's order, as one pass would have left them;
+- `warnings`: what the format recognised but could not read (`log_record.Warnings`).
+
+A scan costs time in proportion to the text it is fed, however its lines are crafted: no pattern scans a
+part of a line again and again (no lazy gap or unbounded `key: value` search restarted at every position).
+"""
