@@ -1,8 +1,9 @@
 """Each bug issue 32 found in reading real logs, as a test that failed before its fix."""
 
 import pytest
+from conftest import DATA
 
-from nlp_bench.analysis import parsers
+from nlp_bench.analysis import metrics, parsers
 from nlp_bench.analysis.formats import megatron
 
 
@@ -38,8 +39,9 @@ def test_a_rounded_global_step_does_not_collapse_steps():
     redraws = [_bar("Epoch 2", n, 40000, 60.0 * (n - 34100), "60.00s/it", "loss=1.5, global_step=3.1e+4")
                for n in range(34101, 34113)]
     records = parsers.parse("\n".join(redraws) + "\n").records
-    assert [r.iteration for r in records] == list(range(34101, 34113))
-    assert records[-1].iteration_time_s == 60.0
+    # (a bar first seen at a late step starts the clock there: a resumed run's first redraw times nothing)
+    assert [r.iteration for r in records] == list(range(34102, 34113))
+    assert {r.iteration_time_s for r in records} == {60.0}
 
 
 def test_a_validation_bar_never_overwrites_a_training_step():
@@ -127,3 +129,110 @@ def test_a_field_the_parser_knows_but_cannot_read_is_a_warning():
     line = " iteration   10/ 1000 | elapsed time per iteration (ms): 800.0 | lm loss: -- |"
     parsed = parsers.parse(line + "\n")
     assert parsed.records[0].loss is None and list(parsed.warnings) == ["unreadable 'lm loss' field (left empty)"]
+
+
+# --- found by reading 46 real logs against the parsers (the note lists them), each written here in our words
+
+
+def test_the_batch_comes_from_consumed_samples_per_global_step_when_the_postfix_lags():
+    """NxD Training DPO: the postfix is refreshed every other step, so per bar step consumed_samples moves
+    by two batches at a time; per global_step (shown to the unit) it moves by one."""
+    posts = {3: "global_step=1.000, consumed_samples=32.00", 4: "global_step=3.000, consumed_samples=64.00",
+             5: "global_step=3.000, consumed_samples=64.00", 6: "global_step=5.000, consumed_samples=96.00"}
+    redraws = [_bar("Epoch 0", n, 62, 150.0 + 25.0 * n, "0.02it/s", posts[n]) for n in posts]
+    assert {r.global_batch_size for r in parsers.parse("\r".join(redraws) + "\n").records} == {16}
+
+
+def test_steps_of_a_few_seconds_are_each_a_record_and_the_last_interval_is_kept():
+    redraws = [_bar("Epoch 0", n, 18, 8.0 + 3.0 * (n - 1), "4.14s/it", f"loss={10 - n / 10}") for n in range(1, 6)]
+    records = parsers.parse("\r".join(redraws) + "\n").records
+    assert [(r.iteration, r.iteration_time_s) for r in records] == [(1, 8), (2, 3), (3, 3), (4, 3), (5, 3)]
+
+
+def test_a_log_that_begins_inside_a_validation_times_no_step_with_it():
+    redraws = [_bar("Validation DataLoader 0", 73, 157, 3.0, "24.00it/s"),
+               _bar("Epoch 0", 932, 1016, 33.0, "28.20it/s", "loss=2.3, v_num=1")]
+    with pytest.raises(parsers.NoRecords):
+        parsers.parse("\r".join(redraws) + "\n")
+
+
+def test_redraws_glued_and_cut_before_their_bracket_keep_what_was_closed():
+    first = _bar("Epoch 0", 5, 300, 119.0, "23.80s/it", "reduced_train_loss=11.0, train_step_timing in s=4.56")
+    cut = _bar("Epoch 0", 6, 300, 164.0, "27.33s/it", "reduced_train_loss=11.0, train_step_timing in s=4.58")[:-1]
+    glued = cut + _bar("Epoch 0", 7, 300, 168.0, "24.00s/it", "reduced_train_loss=10.9, train_step_timing in s=4.57")
+    parsed = parsers.parse(first + "\n" + glued + "\n")
+    assert [(r.iteration, r.iteration_time_s, r.loss) for r in parsed.records] == [(5, 4.56, 11.0), (7, 4.57, 10.9)]
+
+
+def test_a_bar_without_its_bar_under_mpi_tagging_and_faster_than_its_clock():
+    lines = ["[1,mpirank:0,algo-1]<stdout>:#015Epoch 0:  50% 1/2 [00:00<00:00,  6.54it/s, loss=2.29, v_num=0]",
+             "[1,mpirank:0,algo-1]<stdout>:#015Epoch 0: 100% 2/2 [00:00<00:00, 12.33it/s, loss=2.29, v_num=0]"]
+    parsed = parsers.parse("\n".join(lines) + "\n")
+    assert [(r.iteration, r.iteration_time_s) for r in parsed.records] == [(2, pytest.approx(1 / 12.33))]
+    assert any("rate" in reason for reason in parsed.warnings)
+
+
+def test_a_bar_of_unknown_total_and_empty_values():
+    line = "Epoch 0: :   0%|          | 614/? [23:53<00:00, v_num=, reduced_train_loss=, train_step_timing in s=]"
+    record = parsers.parse(line + "\n").records[0]
+    assert (record.iteration, record.total_iterations) == (614, None)
+    assert record.iteration_time_s == pytest.approx((23 * 60 + 53) / 614)
+
+
+def test_a_resumed_bar_starts_its_clock_at_its_first_step():
+    redraws = [_bar("Epoch 0", 0, 9000, 0.0, "?it/s"), _bar("Epoch 0", 5001, 9000, 50.0, "50.00s/it")]
+    redraws += [_bar("Epoch 0", n, 9000, 50.0 + 25 * (n - 5001), "25.00s/it") for n in range(5002, 5006)]
+    records = parsers.parse("\r".join(redraws) + "\n").records
+    assert [(r.iteration, r.iteration_time_s) for r in records] == [(n, 25.0) for n in range(5002, 5006)]
+
+
+def test_lightning_1_refreshing_every_ten_steps_redraws_its_bar_once_after_validation():
+    redraws, clock = [], 0.0
+    for n in range(1, 201):
+        clock += 30
+        shown = n if n <= 100 else n + 5  # the bar counts the five validation batches
+        if shown % 10 == 0:
+            redraws.append(_bar("Epoch 0", shown, 205, clock, "30.00s/it", f"loss={n}.0"))
+        if n == 100:
+            redraws.append(_bar("Validating", 5, 5, 5.0, "1.00it/s"))
+            redraws.append(_bar("Epoch 0", 105, 205, clock + 5, "30.00s/it", f"loss={n}.0"))
+    records = parsers.parse("\r".join(redraws) + "\n").records
+    assert all(r.loss == r.iteration for r in records), [(r.iteration, r.loss) for r in records if r.loss != r.iteration]
+    assert records[-1].iteration == 195 and {r.iteration_time_s for r in records} == {30.0}
+
+
+def test_megatron_reads_the_sequence_length_its_arguments_print():
+    text = ("------------------------ arguments ------------------------\n"
+            "  micro_batch_size ................ 4\n  seq_length ...................... 2048\n"
+            " iteration      10/     100 | consumed samples:          640 | elapsed time per iteration (ms): 1000.0 |"
+            " global batch size:    64 | lm loss: 9.1E+00 |\n")
+    views, summary = metrics.steady_summary(parsers.parse(text).records, None)
+    assert views[0]["seq_length"] == 2048 and views[0]["tokens_per_s"] == pytest.approx(64 * 2048)
+    deepspeed = (" iteration      10/     100 | consumed samples:          640 | consumed tokens:      2621440 |"
+                 " elapsed time per iteration (ms): 1000.0 | global batch size:    64 | actual seqlen:  4096 |\n")
+    assert parsers.parse(deepspeed).records[0].seq_length == 4096
+
+
+def test_nanotron_takes_no_batch_from_its_rounded_display():
+    line = ("iteration: 5 / 100 | consumed_tokens: 7.86M | elapsed_time_per_iteration_ms: 812 | tokens_per_sec: 1.94M"
+            " | global_batch_size: 1.54K | lm_loss: 9.1 | lr: 1e-05 | model_tflops_per_gpu: 400")
+    parsed = parsers.parse(line + "\n")
+    assert parsed.records[0].global_batch_size is None and parsed.warnings
+
+
+def test_torchtitan_on_one_device_names_an_empty_mesh():
+    text = ("[titan] 2026-01-01 10:00:00,000 - root - INFO - Building 0-D device mesh with [], []\n"
+            "[titan] 2026-01-01 10:00:09,000 - root - INFO - step:  1  loss: 10.00000  memory: 1.00GiB(1.00%)"
+            "  tps: 2,048  tflops: 1.00  mfu: 0.10%\n")
+    assert parsers.parse(text).records[0].tokens_per_s == 2048
+
+
+@pytest.mark.parametrize("event", ['[' * 50000, '{"time_ms": 1, "key": ["x"]}',
+                                   '{"time_ms": Infinity, "key": "block_stop", "metadata": {}}',
+                                   '{"time_ms": 1, "key": "block_stop", "metadata": {"samples_count": 1e400}}',
+                                   '{"time_ms": 1, "key": "tracked_stats", "value": {"train_step_time": NaN},'
+                                   ' "metadata": {"step": ' + "9" * 400 + '}}'])
+def test_mllog_events_of_any_json_are_read_or_refused_never_a_crash(event):
+    good = (DATA / "logs" / "mlperf_steps.log").read_text()
+    parsed = parsers.parse(":::MLLOG " + event + "\n" + good)
+    assert [r.iteration for r in parsed.records] == [1, 2, 3, 4, 5]

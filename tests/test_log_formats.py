@@ -34,7 +34,7 @@ def test_torchtitan_without_start_up_lines_times_steps_by_its_timestamps():
     assert [r.iteration for r in parsed.records] == [10, 20, 30], "step 1 has no line before it to time it by"
     assert parsed.records[0].tokens_per_s is None
     assert [r.iteration_time_s for r in parsed.records] == pytest.approx([18.362 / 9, 18.352 / 10, 18.358 / 10])
-    assert any("world size" in reason for reason in parsed.warnings)
+    assert any("device mesh" in reason for reason in parsed.warnings)
 
 
 @pytest.mark.parametrize("name,times,gbs,seq,tokens", [
@@ -144,7 +144,13 @@ def test_the_trainer_writes_an_mlperf_log_the_mlperf_package_reads(tmp_path):
         assert key in keys, key
     assert keys.index("init_stop") < keys.index("run_start") < keys.index("run_stop")
     stop = next(line for line in lines if line.key == "run_stop")
-    assert stop.value["metadata"]["status"] == "success"
+    assert stop.value["metadata"]["status"] == "success" and keys[0] == "cache_clear" and "eval_samples" in keys
+    inside = False  # blocks hold training only: an evaluation falls between them, and none is left empty
+    for line, following in zip(lines, lines[1:], strict=False):
+        inside = {"block_start": True, "block_stop": False}.get(line.key, inside)
+        assert not (inside and line.key.startswith("eval")), line.key
+        if line.key == "block_start" and following.key == "block_stop":
+            assert following.value["metadata"]["samples_count"] > line.value["metadata"]["samples_count"], "empty"
     # and our own parser reads it back: the step times the trainer's Megatron line printed
     ours = parsers.parse_log(log)
     megatron = parsers.parse(proc.stdout)
@@ -153,12 +159,15 @@ def test_the_trainer_writes_an_mlperf_log_the_mlperf_package_reads(tmp_path):
     assert [s["train_step_time"] for s in stats] == pytest.approx([r.iteration_time_s for r in megatron.records], abs=5.1e-5)
 
 
-def test_an_mlperf_log_that_cannot_be_written_is_one_line(tmp_path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a folder")
+@pytest.mark.parametrize("name,why", [("a-file/m.log", "not a writable folder"), ("", "needs a file name"),
+                                      ("full.log", "already holds a run's events"), (".", "is a folder")])
+def test_an_mlperf_log_that_cannot_be_written_is_one_line_before_any_process_starts(tmp_path, name, why):
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "full.log").write_text(":::MLLOG {}\n")
     proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", "--num-layers", "2", "--hidden-size", "64",
                            "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--lr",
                            "1e-3", "--train-iters", "1", "--mock-data", "--vocab-size", "100", "--distributed-backend",
-                           "gloo", "--mlperf-log", str(blocker / "m.log")], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "cannot write the MLPerf log" in proc.stderr, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+                           "gloo", "--mlperf-log", str(tmp_path / name) if name else ""], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and why in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

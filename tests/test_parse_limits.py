@@ -73,7 +73,7 @@ def test_a_progress_bar_log_is_one_long_line_of_short_redraws(tmp_path):
     expected = parsers.parse(bars + "\n").records
     assert len(expected) == 4
     for parsed in (parsers.parse_log(log), parsers.parse_log(log, chunk_bytes=777), parsers.parse(line + "\n")):
-        assert parsed.format == "nxdt" and parsed.skipped_long_lines == 0
+        assert parsed.format == "progress-bar" and parsed.skipped_long_lines == 0
         assert [(r.iteration, r.loss) for r in parsed.records] == [(r.iteration, r.loss) for r in expected]
 
 

@@ -87,7 +87,7 @@ LOGS = DATA / "logs"
     ("megatron_current.log", "megatron-current", [50, 100, 150, 200, 250], [1.5, 0.8123, 0.8151, 0.8107, 0.8139]),
     ("megatron_deepspeed.log", "megatron-deepspeed", [10, 20, 30], [3.1, 2.5, 2.51]),
     ("neuron_megatron.log", "neuron-megatron", [4871, 4872, 4873, 4874], [9.5, 8.7189, 8.7002, 8.701]),
-    ("nxdt.log", "nxdt", [3, 4, 5, 6, 8], [965 / 3, 315, 316, 315, 315]),
+    ("nxdt.log", "progress-bar", [3, 4, 5, 6, 8], [965 / 3, 315, 316, 315, 315]),
 ])
 def test_every_format_is_detected_and_read(name, fmt, iterations, times):
     parsed = parsers.parse(parsers.read_log(LOGS / name))

@@ -174,7 +174,7 @@ def test_interval_log_prints_energy_that_the_analysis_turns_into_joules_per_toke
         elapsed = 30.0 if iteration == 10 else 10.0  # 3 s, then 1 s per iteration
         log._clock = lambda elapsed=elapsed: log.started + elapsed
         log.emit(iteration, 30, 1e-4, 1.0, 1.0)
-    log.close()
+    log.close(30, finished=True)
     lines = [line for line in capsys.readouterr().out.splitlines() if "iteration" in line]
     assert all("energy (J): " in line for line in lines)
     records = parsers.parse("\n".join(lines)).records

@@ -16,6 +16,9 @@ from nlp_bench.errors import ResultError
 #: Characters a line may have (without its line break) to be read: a Megatron iteration line is under
 #: 1 KB even with every optional field, a progress-bar redraw under 400 characters.
 MAX_LINE = 1 << 16
+#: The names frameworks give their own step timer: NeMo's (in a progress bar, its text progress and its
+#: MLPerf callbacks) and MLPerf's common callbacks'.
+STEP_TIMERS = ("train_step_timing in s", "train_step_timing", "train_step_time")
 #: An iteration time at or below this (seconds) is a broken line, not a measurement: no training step
 #: takes a nanosecond, and rates derived from such a time overflow to infinity.
 MIN_SECONDS = 1e-9
@@ -68,8 +71,8 @@ def number(raw: str) -> float | None:
 
 
 def count(value: float | None) -> int | None:
-    """A float read from a log as a count, or None where it cannot be one."""
-    return int(value) if value is not None and abs(value) < MAX_COUNT else None
+    """A float read from a log as a count, or None where it cannot be one (negative, or past int64)."""
+    return int(value) if value is not None and 0 <= value < MAX_COUNT else None
 
 
 def positive(value: float | None) -> float | None:
@@ -78,5 +81,6 @@ def positive(value: float | None) -> float | None:
 
 
 class Warnings(Counter):
-    """What a parser recognised but could not read, by what it was (`{reason: lines}`): a format that
-    knows a line and drops a field of it says so, and the parse summary counts it."""
+    """What a parser recognised but could not read, by what it was (`{reason: times}`: the lines, steps or
+    events it concerns): a format that knows a line and drops a field of it says so, and the parse summary
+    counts it."""

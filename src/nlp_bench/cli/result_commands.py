@@ -212,8 +212,9 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
 @click.command()
 @click.argument("log", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", default=None, metavar="FORMAT",
-              help="The log's format (default: detected): megatron, megatron-jupiter, megatron-current, "
-                   "megatron-deepspeed, neuron-megatron, nlp-bench, nxdt, hf-bert.")
+              help="The log's format (default: detected): megatron (megatron-jupiter, megatron-current, "
+                   "megatron-deepspeed, neuron-megatron, nlp-bench), mlperf, torchtitan, nanotron, nemo2, nxd-core, "
+                   "progress-bar (nxdt, nemo1), hf-bert.")
 @click.option("--seq-length", type=click.IntRange(min=1), default=None,
               help="Sequence length, for tokens/s from logs that do not print it (all of them).")
 @click.option("--tokens", type=click.IntRange(min=1), default=20_000_000, show_default=True,
@@ -241,5 +242,5 @@ def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_js
     if parsed.skipped_long_lines:
         click.echo(f"skipped {parsed.skipped_long_lines:,} line(s) longer than {parsers.MAX_LINE:,} characters "
                    "(no training stack prints one; not read)")
-    for reason, lines in parsed.warnings.items():
-        click.echo(f"warning: {lines:,} line(s): {reason}")
+    for reason, times in parsed.warnings.items():
+        click.echo(f"warning: {reason} ({times:,}x)")

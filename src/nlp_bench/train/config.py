@@ -19,6 +19,7 @@ from nlp_bench.spec.models import SHAPE, pad_vocab
 from nlp_bench.spec.switches import Switches, decode
 from nlp_bench.train.args import UsageError, flag_values
 from nlp_bench.train.lr_schedule import LRSchedule, from_args
+from nlp_bench.train.mlperf_log import check_path
 
 #: flags that must agree between the run that saved a checkpoint and the run that loads it
 CHECKPOINT_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
@@ -196,6 +197,8 @@ def build_config(args: Namespace, world: int) -> TrainConfig:
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     parallel, batch = _layout(args, on, world)
+    if args.mlperf_log is not None and (why := check_path(args.mlperf_log)):
+        raise UsageError(why)
     schedule, iterations, in_samples = from_args(args, batch.global_batch_size)
     loss_scale = ((args.initial_loss_scale, args.loss_scale_window, args.hysteresis, args.min_loss_scale)
                   if on.precision == "fp16" else None)

@@ -178,7 +178,10 @@ class Trainer:
         self.profiler.before(iteration)
         lr = self.config.schedule.at(self.position)
         self.buffer.zero()
-        batches = self.batches(self.data, (iteration - 1) * self.config.batch.global_batch_size)
+        first = (iteration - 1) * self.config.batch.global_batch_size
+        if self.log.mlperf is not None:
+            self.log.mlperf.training(first)
+        batches = self.batches(self.data, first)
         stats = pipeline.run(self.model, self.groups, batches, self.optimizer.loss_scale, self.activation_shape,
                              self.dtype, self.device)
         if self.config.control.inject_inf_grad_at_iteration == iteration:
@@ -329,12 +332,8 @@ def setup(config: TrainConfig) -> Trainer:
             say(groups, f"resumed from {config.control.load} at iteration {start}")
     profiler = StepProfiler(config.profile, groups.rank, device.type,
                             lambda text: print(f"nlp-bench trainer: {text}", flush=True))
-    try:
-        log = _interval_log(config, groups, device)
-    except OSError as exc:
-        raise UsageError(f"cannot write the MLPerf log {config.board.mlperf_log}: {exc.strerror}") from None
+    log = _interval_log(config, groups, device)
     if log.mlperf is not None:
-        log.mlperf.samples_at_block = start * config.batch.global_batch_size
         log.mlperf.started(init_ms, _mlperf_settings(config))
     return Trainer(config, groups, device, xla, model, rng, buffer, optimizer, data, valid, log, profiler,
                    start=start, position=position,
@@ -353,7 +352,8 @@ def _mlperf_settings(config: TrainConfig) -> dict:
             "opt_base_learning_rate": config.schedule.max_lr,
             "opt_adam_beta_1": opt.betas[0], "opt_adam_beta_2": opt.betas[1], "opt_adam_epsilon": opt.eps,
             "opt_gradient_clip_norm": opt.clip_grad, "opt_weight_decay": opt.weight_decay,
-            "train_samples": config.control.iterations * batch.global_batch_size}
+            "train_samples": config.control.iterations * batch.global_batch_size,
+            "eval_samples": config.control.eval_iters * batch.global_batch_size}
 
 
 def main(argv: list[str] | None = None) -> int:

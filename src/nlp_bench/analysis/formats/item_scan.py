@@ -1,12 +1,10 @@
-"""The common ground of the formats that log one line per step: lines of a few kinds (the step line, a
-start-up line naming the batch, sequence length or world size) are matched in the log's order, kept as
-items, and turned into records at the end (some need what came before them: a clock read twice, a batch
-size printed once at start)."""
+"""The common ground of the formats that log one line per step (or per logged interval): the step lines'
+fields are kept as the raw strings a findall gives (all in C, the parse speed goal), start-up lines (the
+batch, the sequence length, the world size) as settings, and records are made of both at the end."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from nlp_bench.analysis.log_record import Record, Warnings
@@ -14,57 +12,81 @@ from nlp_bench.analysis.log_record import Record, Warnings
 #: ANSI colour codes (torchtitan colours every field; nanotron dims its prefix)
 ANSI = re.compile(r"\x1b\[[0-9;]{0,20}m")
 SUFFIXES = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+#: step lines converted to see whether a block's lines are really this format's records
+_PROBE = 64
 
 
 class ItemScan:
-    """A scan that keeps what each matching line says and makes records from them all at the end.
-    Subclasses list `KINDS`: (literal, pattern, method) where the pattern starts with the literal (so a
-    block without it is skipped at C speed and a match is tried only where the literal stands) and the
-    method turns a match into an item (or None); then `records` makes the records of all items."""
+    """Subclasses give `STEP` (a literal every step line holds, so a block without it is skipped at C
+    speed, and the pattern whose groups are kept), `SETUP` ((literal, pattern, method) for start-up lines:
+    the method turns a match into settings), and `records`, which makes the records of all rows."""
 
     NAME = ""
-    KINDS: tuple[tuple[str, re.Pattern, str], ...] = ()
+    STEP: tuple[str, re.Pattern]
+    SETUP: tuple[tuple[str, re.Pattern, str], ...] = ()
+    #: removed from a block before its step lines are matched (colour codes inside a line)
+    CLEAN: re.Pattern | None = None
 
     def __init__(self) -> None:
-        self.items: list[Any] = []
+        self.rows: list[Any] = []
+        self.setup: dict[str, Any] = {}
         self.warnings = Warnings()
-        self._kinds: list[tuple[str, re.Pattern, Callable[[re.Match], Any]]] = [
-            (literal, pattern, getattr(self, method)) for literal, pattern, method in self.KINDS]
+        self._found = False
+        self._result: tuple[list[Record], str | None] | None = None  # made once: it counts its warnings
 
     def feed(self, text: str, start: int, end: int) -> None:
-        found = []
-        for literal, pattern, read in self._kinds:
-            if text.find(literal, start, end) < 0:
-                continue
-            for match in pattern.finditer(text, start, end):
-                item = read(match)
-                if item is not None:
-                    found.append((match.start(), item))
-        if len(found) > 1 and len(self._kinds) > 1:
-            found.sort(key=lambda pair: pair[0])
-        self.items.extend(item for _, item in found)
+        for literal, pattern, method in self.SETUP:
+            if text.find(literal, start, end) >= 0:
+                for match in pattern.finditer(text, start, end):
+                    self.settle(getattr(self, method)(match))
+        literal, pattern = self.STEP
+        if text.find(literal, start, end) < 0:
+            return
+        if self.CLEAN is not None and text.find("\x1b", start, end) >= 0:
+            text, start, end = self.CLEAN.sub("", text[start:end]), 0, None
+        rows = self.rows_of(pattern, text, start, end)
+        self.rows += rows
+        if rows and not self._found:
+            self._found = bool(self.records(rows[:_PROBE], Warnings()))
 
-    def records(self, items: list[Any]) -> list[Record]:
-        """The records of all items, in iteration order, each iteration once."""
+    @staticmethod
+    def rows_of(pattern: re.Pattern, text: str, start: int, end: int | None) -> list[Any]:
+        """The step lines' groups (a format that needs more of a line than its pattern reads overrides it)."""
+        return pattern.findall(text, start, len(text) if end is None else end)
+
+    def settle(self, found: dict[str, Any] | None) -> None:
+        """Settings from a start-up line: the first value of each counts (a log of several runs)."""
+        for key, value in (found or {}).items():
+            if key not in self.setup:
+                self.setup[key] = value
+            elif self.setup[key] != value:
+                self.warnings[f"start-up lines disagree on the {key} (several runs in one log?): the first counts"] += 1
+
+    def records(self, rows: list[Any], warnings: Warnings) -> list[Record]:
+        """The records of these rows, in iteration order, each iteration once; what a row lacks, warned."""
         raise NotImplementedError
 
     def finish(self, torn: str) -> None:
         """A last line without its line break is not read: its last number may have lost digits."""
 
     def found(self) -> bool:
-        return any(isinstance(item, Record) for item in self.items)
+        return self._found
 
     def result(self) -> tuple[list[Record], str | None]:
-        records = self.records(self.items) if self.found() else []
-        return records, (self.NAME if records else None)
+        if self._result is None:
+            records = self.records(self.rows, self.warnings) if self.rows else []
+            self._result = records, (self.NAME if records else None)
+        return self._result
 
-    def part(self) -> tuple[list[Any], Warnings]:
-        return self.items, self.warnings
+    def part(self) -> tuple[list[Any], dict[str, Any], Warnings, bool]:
+        return self.rows, self.setup, self.warnings, self._found
 
-    def join(self, part: tuple[list[Any], Warnings]) -> None:
-        items, warnings = part
-        self.items.extend(items)
+    def join(self, part: tuple[list[Any], dict[str, Any], Warnings, bool]) -> None:
+        rows, setup, warnings, found = part
+        self.rows += rows
+        self.settle(setup)
         self.warnings.update(warnings)
+        self._found = self._found or found
 
 
 def first_of_each(records: list[Record]) -> list[Record]:
@@ -73,8 +95,3 @@ def first_of_each(records: list[Record]) -> list[Record]:
     for record in records:
         seen.setdefault(record.iteration, record)
     return [seen[i] for i in sorted(seen)]
-
-
-def line_start(text: str, at: int) -> int:
-    """Where the line holding position `at` begins."""
-    return text.rfind("\n", 0, at) + 1

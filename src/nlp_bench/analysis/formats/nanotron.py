@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 
 from nlp_bench.analysis.formats.item_scan import SUFFIXES, ItemScan, first_of_each
-from nlp_bench.analysis.log_record import Record, count, number, positive
+from nlp_bench.analysis.log_record import Record, Warnings, count, number, positive
 
 _STEP = re.compile(r"iteration: (\d{1,18}) / (\d{1,18})[ \t]*\|([^\n]*)")
-_START = re.compile(r"mbs: \d{1,18} \| grad_accum: [^\n]*")
+_START = re.compile(r"grad_accum: [^\n]*")
 _SEQUENCE = re.compile(r"sequence_length: (\d{1,18})")
 _SAMPLES = re.compile(r"global_batch_size: (\d{1,18})(?: |$)")
 _HUMAN = re.compile(r"(-?[0-9.]+(?:e[-+]?\d+)?)([KMGBTPE]?)")
@@ -35,50 +35,42 @@ def human(raw: str) -> float | None:
 
 class NanotronScan(ItemScan):
     NAME = "nanotron"
-    KINDS = (("iteration: ", _STEP, "step"), ("grad_accum: ", _START, "start"))
+    STEP = ("iteration: ", _STEP)
+    SETUP = (("grad_accum: ", _START, "start"),)
 
-    def step(self, match: re.Match) -> tuple | None:
-        fields = {}
-        for part in match.group(3).split("|"):
-            key, _, raw = part.partition(": ")
-            fields[key.strip()] = raw
-        new = "time_per_iteration_ms" in fields
-        ms = human(fields.get("time_per_iteration_ms") or fields.get("elapsed_time_per_iteration_ms") or "")
-        if ms is None:
-            if fields:
-                self.warnings["nanotron line without a readable time per iteration"] += 1
-            return None
-        get = {key: human(raw) for key, raw in fields.items() if key != "eta"}
-        record = Record(int(match.group(1)), int(match.group(2)), positive(ms / 1000),
-                        loss=get.get("lm_loss"), learning_rate=get.get("lr"), grad_norm=get.get("grad_norm"),
-                        tokens_per_s=positive(get.get("tokens_per_sec")),
-                        tflops_per_gpu=positive(get.get("model_tflops_per_gpu")))
-        return record, get.get("global_batch_size"), new
-
-    def start(self, match: re.Match) -> dict | None:
+    def start(self, match: re.Match) -> dict[str, int]:
         seq, samples = _SEQUENCE.search(match.group(0)), _SAMPLES.search(match.group(0))
-        found = {"seq": int(seq.group(1))} if seq else {}
+        found = {"sequence length": int(seq.group(1))} if seq else {}
         if samples:
-            found["samples"] = int(samples.group(1))
-        return found or None
+            found["global batch"] = int(samples.group(1))
+        return found
 
-    def found(self) -> bool:
-        return any(isinstance(item, tuple) and item[0].iteration_time_s for item in self.items)
-
-    def records(self, items: list) -> list[Record]:
-        setup: dict = {}
+    def records(self, rows: list[tuple[str, str, str]], warnings: Warnings) -> list[Record]:
+        seq, samples = self.setup.get("sequence length"), self.setup.get("global batch")
         out = []
-        for item in items:
-            if isinstance(item, dict):
-                setup.update(item)
+        for iteration, total, rest in rows:
+            fields = {}
+            for part in rest.split("|"):
+                key, _, raw = part.partition(": ")
+                fields[key.strip()] = raw
+            tokens_counted = "time_per_iteration_ms" in fields  # since March 2025: the batch in tokens
+            ms = human(fields.get("time_per_iteration_ms") or fields.get("elapsed_time_per_iteration_ms") or "")
+            if ms is None:
+                warnings["nanotron line without a readable time per iteration"] += 1
                 continue
-            record, batch, tokens_counted = item
-            if record.iteration_time_s is None:
-                continue
-            seq = setup.get("seq")
-            if tokens_counted:  # the batch in tokens: in samples only with the sequence length
-                gbs = setup.get("samples") or (round(batch / seq) if batch and seq else None)
+            shown = fields.get("global_batch_size", "").strip()
+            batch = human(shown) if shown.isdigit() else None  # `1.02K` is three digits of it: no batch
+            if samples:
+                gbs = samples
+            elif batch and tokens_counted:
+                gbs = round(batch / seq) if seq else None
             else:
-                gbs = setup.get("samples") or (round(batch) if batch else None)
-            out.append(record._replace(global_batch_size=count(gbs), seq_length=seq))
-        return first_of_each(out)
+                gbs = round(batch) if batch else None
+            if not gbs and shown and not shown.isdigit():
+                warnings["nanotron batch shown rounded (no start-up line): left empty"] += 1
+            out.append(Record(int(iteration), int(total), positive(ms / 1000), global_batch_size=count(gbs),
+                              loss=human(fields.get("lm_loss", "")), learning_rate=human(fields.get("lr", "")),
+                              grad_norm=human(fields.get("grad_norm", "")),
+                              tokens_per_s=positive(human(fields.get("tokens_per_sec", ""))),
+                              tflops_per_gpu=positive(human(fields.get("model_tflops_per_gpu", ""))), seq_length=seq))
+        return first_of_each([r for r in out if r.iteration_time_s])

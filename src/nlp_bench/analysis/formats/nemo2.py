@@ -15,32 +15,33 @@ from __future__ import annotations
 import re
 
 from nlp_bench.analysis.formats.item_scan import ItemScan, first_of_each
-from nlp_bench.analysis.log_record import Record, count, number, positive
+from nlp_bench.analysis.log_record import STEP_TIMERS, Record, Warnings, count, number, positive
 
-_LINE = re.compile(r"Training epoch (\d{1,9}), iteration (\d{1,18})/(\d{1,18})([^\n]*)")
-_TIMER = "train_step_timing in s"
+_LINE = re.compile(r"Training epoch \d{1,9}, iteration (\d{1,18})/\d{1,18}([^\n]*)")
+_TIMER = STEP_TIMERS[0]
+#: one ` | name: value` field (a name may hold spaces; a value holds no `|`)
+_FIELD = re.compile(r"\| ([^:|\n]{1,200}): ([^|\n]*)")
 
 
 class Nemo2Scan(ItemScan):
     NAME = "nemo2"
-    KINDS = (("Training epoch ", _LINE, "step"),)
+    STEP = ("Training epoch ", _LINE)
 
-    def step(self, match: re.Match) -> Record | None:
-        fields = {}
-        for part in match.group(4).split(" | ")[1:]:
-            key, _, raw = part.partition(": ")
-            fields[key.strip()] = number(raw.strip())
-        seconds = positive(fields.get(_TIMER))
-        if seconds is None:
-            if _TIMER in fields:
-                self.warnings[f"NeMo line with an unreadable {_TIMER!r}"] += 1
-            return None
-        step = fields.get("global_step")
-        iteration = count(step) if step is not None and step >= 0 else int(match.group(2))
-        tflops = fields.get("TFLOPS_per_GPU", fields.get("tflops_per_sec_per_gpu"))
-        return Record(iteration, None, seconds, global_batch_size=count(positive(fields.get("global_batch_size"))),
-                      consumed_samples=count(fields.get("consumed_samples")), learning_rate=fields.get("lr"),
-                      loss=fields.get("reduced_train_loss", fields.get("train_loss")), tflops_per_gpu=positive(tflops))
-
-    def records(self, items: list[Record]) -> list[Record]:
-        return first_of_each(items)
+    def records(self, rows: list[tuple[str, str]], warnings: Warnings) -> list[Record]:
+        out = []
+        for iteration, rest in rows:
+            fields = dict(_FIELD.findall(rest))
+            seconds = positive(number(fields.get(_TIMER, "")))
+            if seconds is None:
+                if _TIMER in fields:
+                    warnings[f"NeMo line with an unreadable {_TIMER!r}"] += 1
+                continue
+            get = fields.get
+            step = number(get("global_step", ""))
+            key = count(step)
+            out.append(Record(int(iteration) if key is None else key, None, seconds,
+                              count(positive(number(get("global_batch_size", "")))),
+                              count(number(get("consumed_samples", ""))), number(get("lr", "")),
+                              number(get("reduced_train_loss") or get("train_loss", "")),
+                              tflops_per_gpu=positive(number(get("TFLOPS_per_GPU") or get("tflops_per_sec_per_gpu", "")))))
+        return first_of_each(out)

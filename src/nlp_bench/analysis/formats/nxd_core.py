@@ -13,32 +13,28 @@ from __future__ import annotations
 import re
 
 from nlp_bench.analysis.formats.item_scan import ItemScan, first_of_each
-from nlp_bench.analysis.log_record import Record, number, positive
+from nlp_bench.analysis.log_record import Record, Warnings, number, positive
 
-_NUMBER = r"([-+0-9.eEinfa]{1,40})"
-_TIMED = re.compile(rf"step (\d{{1,18}}) step_time {_NUMBER}s throughput {_NUMBER} seq/s (?:step )?loss {_NUMBER}"
-                    rf"(?: grad norm {_NUMBER})?")
-_LIGHTNING = re.compile(rf"step (\d{{1,18}}) loss is {_NUMBER}, lr is {_NUMBER}, throughput {_NUMBER} seq/s")
+_N = r"([-+0-9.eEinfa]{1,40})"
+_STEP = re.compile(rf"step (\d{{1,18}}) (?:step_time {_N}s throughput {_N} seq/s (?:step )?loss {_N}(?: grad norm {_N})?"
+                   rf"|loss is {_N}, lr is {_N}, throughput {_N} seq/s)")
 
 
 class NxdCoreScan(ItemScan):
     NAME = "nxd-core"
-    KINDS = (("step_time ", _TIMED, "timed"), (" loss is ", _LIGHTNING, "lightning"))
+    STEP = ("step ", _STEP)
 
-    def timed(self, match: re.Match) -> Record | None:
-        seconds = positive(number(match.group(2)))
-        if seconds is None:
-            self.warnings["NxD step line with an unreadable step_time"] += 1
-            return None
-        return Record(int(match.group(1)), None, seconds, samples_per_s=positive(number(match.group(3))),
-                      loss=number(match.group(4)), grad_norm=number(match.group(5)) if match.group(5) else None)
-
-    def lightning(self, match: re.Match) -> Record | None:
-        rate = positive(number(match.group(4)))
-        if rate is None:
-            return None
-        return Record(int(match.group(1)), None, None, loss=number(match.group(2)),
-                      learning_rate=number(match.group(3)), samples_per_s=rate)
-
-    def records(self, items: list[Record]) -> list[Record]:
-        return first_of_each(items)
+    def records(self, rows: list[tuple[str, ...]], warnings: Warnings) -> list[Record]:
+        out = []
+        for step, seconds, rate, loss, norm, loss_is, lr, rate_is in rows:
+            if seconds:
+                time = positive(number(seconds))
+                if time is None:
+                    warnings["NxD step line with an unreadable step_time"] += 1
+                    continue
+                out.append(Record(int(step), None, time, samples_per_s=positive(number(rate)), loss=number(loss),
+                                  grad_norm=number(norm) if norm else None))
+            elif (throughput := positive(number(rate_is))) is not None:
+                out.append(Record(int(step), None, None, loss=number(loss_is), learning_rate=number(lr),
+                                  samples_per_s=throughput))
+        return first_of_each(out)

@@ -14,107 +14,103 @@ step's time is the log's timestamps apart over the steps between two lines.
 
 from __future__ import annotations
 
+import datetime
+import functools
 import math
 import re
-from datetime import datetime
 
-from nlp_bench.analysis.formats.item_scan import ANSI, ItemScan, first_of_each, line_start
-from nlp_bench.analysis.log_record import MIN_SECONDS, Record, count, number
+from nlp_bench.analysis.formats.item_scan import ANSI, ItemScan, first_of_each
+from nlp_bench.analysis.log_record import MIN_SECONDS, Record, Warnings, count, number
 
 _STEP = re.compile(r"step:[ \t]*(\d{1,18})[ \t]+loss:[ \t]*(\S+)[ \t]+(?:grad_norm:[ \t]*(\S+)[ \t]+)?"
                    r"memory:[ \t]*[\d.]+GiB\([\d.]+%\)[ \t]+[tw]ps:[ \t]*([\d,]{1,30})"
                    r"(?:[ \t]+tflops:[ \t]*([\d,.]{1,30}))?(?:[ \t]+mfu:[ \t]*(?:([\d.]{1,20})%|N/A))?")
-_COLOURED = re.compile(r"step:[^\n]*")
-_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - ")
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d):(\d\d):(\d\d),(\d{3}) - ")
 _INIT = re.compile(r"(?:Trainer is initialized with|Training starts at step)[^\n]*")
 _BATCH = re.compile(r"global batch size:? (\d{1,18})")
 _SEQUENCE = re.compile(r"sequence length:? (\d{1,18})")
 _TOKENS = re.compile(r"(\d{1,18}) tokens per train step")
 _CONTEXT = re.compile(r"maximum context length (\d{1,18})")
-_MESH = re.compile(r"Building (?:\d-D device mesh with \[[^\]\n]{0,200}\], \[([\d, ]{1,100})\]"
+_MESH = re.compile(r"Building (?:\d-D device mesh with \[[^\]\n]{0,200}\], \[([\d, ]{0,100})\]"
                    r"|device mesh with parallelism: ([^\n]{0,200}))")
 _DEGREE = re.compile(r"\b(pp|dp_replicate|dp_shard|cp|tp)=(\d{1,9})")
 
 
-class _Setup:
-    """What the start-up lines said."""
+@functools.lru_cache(maxsize=64)
+def _day(date: str) -> int | None:
+    """Days since year 1 of a log's `YYYY-MM-DD` (strptime costs more than the rest of a line's reading)."""
+    try:
+        return datetime.date.fromisoformat(date).toordinal()
+    except ValueError:
+        return None
 
-    def __init__(self, kind: str, **values: int) -> None:
-        self.kind, self.values = kind, values
+
+def _seconds(stamp: tuple[str, ...] | None) -> float | None:
+    """A `YYYY-MM-DD HH:MM:SS,mmm` timestamp in seconds."""
+    if stamp is None:
+        return None
+    day = _day(stamp[0])
+    hours, minutes, secs = int(stamp[1]), int(stamp[2]), int(stamp[3])
+    if day is None or hours > 23 or minutes > 59 or secs > 60:
+        return None
+    return day * 86400 + hours * 3600 + minutes * 60 + secs + int(stamp[4]) / 1000
 
 
 class TorchtitanScan(ItemScan):
     NAME = "torchtitan"
-    KINDS = (("step:", _COLOURED, "step"), ("Train", _INIT, "init"), ("device mesh with", _MESH, "mesh"))
+    STEP = ("step:", _STEP)
+    SETUP = (("Train", _INIT, "init"), ("device mesh with", _MESH, "mesh"))
+    CLEAN = ANSI
 
-    def step(self, match: re.Match) -> tuple | None:
-        line = ANSI.sub("", match.group(0)) if "\x1b" in match.group(0) else match.group(0)
-        found = _STEP.match(line)
-        if found is None:
-            return None
-        text = match.string
-        begin = line_start(text, match.start())
-        stamp = _STAMP.search(text, begin, match.start())
-        seconds = None
-        if stamp is not None:
-            try:
-                when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
-                seconds = when.timestamp() + int(stamp.group(2)) / 1000
-            except ValueError:
-                seconds = None
-        tps = number(found.group(4).replace(",", ""))
-        tflops = number(found.group(5).replace(",", "")) if found.group(5) else None
-        record = Record(int(found.group(1)), None, None, loss=number(found.group(2)),
-                        grad_norm=number(found.group(3)) if found.group(3) else None,
-                        tflops_per_gpu=tflops, mfu_percent=number(found.group(6)) if found.group(6) else None)
-        return record, tps, seconds
+    @staticmethod
+    def rows_of(pattern: re.Pattern, text: str, start: int, end: int | None) -> list[tuple]:
+        """Each step line's groups and its timestamp (looked for only between the line's start and `step:`)."""
+        rows = []
+        for match in pattern.finditer(text, start, len(text) if end is None else end):
+            stamp = _STAMP.search(text, text.rfind("\n", 0, match.start()) + 1, match.start())
+            rows.append((*match.groups(), stamp.groups() if stamp else None))
+        return rows
 
-    def init(self, match: re.Match) -> _Setup | None:
-        line = match.group(0)
-        batch, seq = _BATCH.search(line), _SEQUENCE.search(line) or _CONTEXT.search(line)
-        tokens = _TOKENS.search(line)
-        values = {}
-        if batch:
-            values["batch"] = int(batch.group(1))
-        if seq:
-            values["seq"] = int(seq.group(1))
-        if tokens:
-            values["tokens"] = int(tokens.group(1))
-        return _Setup("init", **values) if values else None
+    def init(self, match: re.Match) -> dict[str, int]:
+        line, found = match.group(0), {}
+        for name, pattern in (("global batch", _BATCH), ("sequence length", _SEQUENCE),
+                              ("sequence length", _CONTEXT), ("tokens per step", _TOKENS)):
+            value = pattern.search(line)
+            if value and name not in found:
+                found[name] = int(value.group(1))
+        return found
 
-    def mesh(self, match: re.Match) -> _Setup | None:
-        if match.group(1):
+    def mesh(self, match: re.Match) -> dict[str, int]:
+        if match.group(2) is None:  # `[8, 2]`; `[]` on one device (math.prod of nothing is 1)
             dims = [int(d) for d in match.group(1).replace(" ", "").split(",") if d]
-        else:
-            dims = [int(d) for _, d in _DEGREE.findall(match.group(2))]
-        return _Setup("mesh", world=math.prod(dims)) if dims else None
+            return {"world size": math.prod(dims)}
+        dims = [int(d) for _, d in _DEGREE.findall(match.group(2))]
+        return {"world size": math.prod(dims)} if dims else {}
 
-    def found(self) -> bool:
-        return any(isinstance(item, tuple) for item in self.items)
-
-    def records(self, items: list) -> list[Record]:
-        setup: dict = {}
+    def records(self, rows: list[tuple], warnings: Warnings) -> list[Record]:
+        world, seq, batch = self.setup.get("world size"), self.setup.get("sequence length"), self.setup.get("global batch")
+        batch_tokens = self.setup.get("tokens per step") or (batch * seq if batch and seq else None)
+        gbs = batch or (batch_tokens // seq if batch_tokens and seq else None)
         out, previous = [], None
-        for item in items:
-            if isinstance(item, _Setup):
-                setup.update(item.values)
-                continue
-            record, tps, stamp = item
-            if previous is not None and record.iteration == previous[0]:
+        for step, loss, norm, tps, tflops, mfu, stamp in rows:
+            iteration = int(step)
+            if previous is not None and iteration == previous[0]:
                 continue  # another rank's copy of the step: the first counts
-            world, seq = setup.get("world"), setup.get("seq")
-            batch_tokens = setup.get("tokens") or (setup["batch"] * seq if setup.get("batch") and seq else None)
-            total = tps * world if tps and world else None
+            when = _seconds(stamp)
+            rate = number(tps.replace(",", ""))
+            total = rate * world if rate and world else None
             seconds = None
             if total and batch_tokens:
                 seconds = batch_tokens / total
-            elif previous is not None and stamp is not None and previous[1] is not None \
-                    and record.iteration > previous[0] and stamp - previous[1] > MIN_SECONDS:
-                seconds = (stamp - previous[1]) / (record.iteration - previous[0])
-            previous = (record.iteration, stamp)
-            gbs = setup.get("batch") or (batch_tokens // seq if batch_tokens and seq else None)
-            out.append(record._replace(iteration_time_s=seconds, tokens_per_s=total, global_batch_size=count(gbs),
-                                       seq_length=seq))
-        if out and not setup.get("world"):
-            self.warnings["the log names no world size (device mesh): tokens/s is torchtitan's per device"] += 1
-        return [r for r in first_of_each(out) if r.iteration_time_s or r.tokens_per_s]
+            elif previous is not None and when is not None and previous[1] is not None \
+                    and iteration > previous[0] and when - previous[1] > MIN_SECONDS:
+                seconds = (when - previous[1]) / (iteration - previous[0])
+            previous = (iteration, when)
+            if seconds or total:
+                out.append(Record(iteration, None, seconds, global_batch_size=count(gbs), loss=number(loss),
+                                  grad_norm=number(norm) if norm else None, tokens_per_s=total,
+                                  tflops_per_gpu=number(tflops.replace(",", "")) if tflops else None,
+                                  mfu_percent=number(mfu) if mfu else None, seq_length=seq))
+        if rows and not world:
+            warnings["torchtitan lines without the job's tokens/s (tps is per device; the log names no device mesh)"] += len(rows)
+        return first_of_each(out)
