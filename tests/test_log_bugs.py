@@ -236,3 +236,56 @@ def test_mllog_events_of_any_json_are_read_or_refused_never_a_crash(event):
     good = (DATA / "logs" / "mlperf_steps.log").read_text()
     parsed = parsers.parse(":::MLLOG " + event + "\n" + good)
     assert [r.iteration for r in parsed.records] == [1, 2, 3, 4, 5]
+
+
+# --- found by a second, independent set of 30 real logs
+
+
+def test_amd_primus_fields_give_the_interval_before_the_runs_mean():
+    line = (" iteration    12125/   36000 | consumed samples:      3104000 | elapsed time per iteration (ms): 2701.3/2712.7 |"
+            " throughput per GPU (TFLOP/s/GPU): 210.5/217.3 | global batch size:   256 | lm loss: 2.352391E+00 |")
+    parsed = parsers.parse(line + "\n")
+    record = parsed.records[0]
+    assert (record.iteration_time_s, record.tflops_per_gpu) == (pytest.approx(2.7013), 210.5) and parsed.warnings == {}
+
+
+def _mllog(time_ms: int, key: str, value=None, **metadata) -> str:
+    import json
+
+    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": time_ms, "event_type": "POINT_IN_TIME", "key": key,
+                                     "value": value, "metadata": {"file": "x.py", "lineno": 1, **metadata}})
+
+
+def test_mlperf_training_between_evaluations_where_no_block_measures_it():
+    """One block over the whole run with the evaluations inside it (Habana's GPT-3), or no block at all
+    (tinygrad's BERT): the training between two evaluations, sized by the counts their starts carry."""
+    for block in (True, False):
+        lines = [_mllog(0, "global_batch_size", 64), _mllog(1000, "run_start")]
+        if block:
+            lines.append(_mllog(1000, "block_start", first_epoch_num=0, epoch_count=640))
+        now = 1000
+        for k, seconds in enumerate([70.0, 50.0, 50.5], 1):
+            now += int(seconds * 1000)
+            lines += [_mllog(now, "eval_start", epoch_num=640 * k), _mllog(now + 9000, "eval_stop", epoch_num=640 * k)]
+            now += 9000
+        if block:
+            lines.append(_mllog(now, "block_stop", first_epoch_num=0))
+        records = parsers.parse("\n".join(lines) + "\n").records
+        assert [(r.iteration, r.iteration_time_s) for r in records] == [(10, 7.0), (20, 5.0), (30, 5.05)], block
+
+
+def test_a_bar_whose_last_interval_is_too_short_to_time_is_not_guessed():
+    redraws = [_bar("Epoch 0", n, 5005, 3.0 * n, "3.00s/it", "loss=1.0") for n in (1, 2)]
+    redraws.append(_bar("Epoch 0", 6, 5005, 7.0, "1.17s/it", "loss=1.0"))  # four steps in one clock second
+    records = parsers.parse("\r".join(redraws) + "\n").records
+    assert [(r.iteration, r.iteration_time_s) for r in records] == [(1, 3.0), (2, 3.0)]
+
+
+def test_a_restarted_nemo_run_logs_its_steps_again_and_says_so():
+    line = ("Training epoch 0, iteration {i}/20 | lr: 1e-05 | global_batch_size: 8 | global_step: {i} |"
+            " reduced_train_loss: 5.0 | train_step_timing in s: {t}")
+    first = [line.format(i=i, t=2.0) for i in range(6)]
+    again = [line.format(i=i, t=10.26 if i == 3 else 2.1) for i in range(3, 8)]
+    parsed = parsers.parse("\n".join(first + again) + "\n")
+    assert [r.iteration for r in parsed.records] == list(range(8))
+    assert parsed.records[3].iteration_time_s == 2.0 and sum(parsed.warnings.values()) == 3

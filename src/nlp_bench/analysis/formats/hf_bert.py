@@ -19,6 +19,7 @@ _BERT = re.compile(r"- \((\d{1,18}), (\d{1,18})\) step_loss : (\S+)\s+learning_r
 
 class HfBertScan(ItemScan):
     NAME = "hf-bert"
+    LOCAL = True
     STEP = ("LOG ", _LOG)
 
     @staticmethod
@@ -33,4 +34,4 @@ class HfBertScan(ItemScan):
             if throughput is not None and throughput > 0:
                 out.append(Record(int(step), None, None, loss=number(loss), learning_rate=number(lr),
                                   samples_per_s=throughput))
-        return first_of_each(out)
+        return first_of_each(out, warnings)

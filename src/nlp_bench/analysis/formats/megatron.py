@@ -133,6 +133,9 @@ def _field(segment: str) -> tuple[str, str] | None:
         words = segment.strip().rsplit(None, 1)
         return (words[0], words[1]) if len(words) == 2 and _handler(words[0]) is not None else None
     raw = segment[colon + 1:].strip()
+    if "/" in raw:  # AMD Primus prints `this interval/the run's mean` (`2701.3/2712.7`): the interval's
+        now, _, mean = raw.partition("/")
+        raw = now if _looks_numeric(now) and _looks_numeric(mean) else raw
     body = segment[:colon].rstrip()
     end = _KEY_END.match(body)
     letter = _LETTER.search(body, end.end() if end else 0)

@@ -28,7 +28,8 @@ from nlp_bench.analysis.log_record import MIN_SECONDS, STEP_TIMERS, Record, Warn
 
 _EVENT = re.compile(r":::MLLOG ([^\n]*)")
 _SETTINGS = {"global_batch_size", "max_sequence_length", "submission_benchmark"}
-_WANTED = _SETTINGS | {"block_start", "block_stop", "tracked_stats", "init_start", "run_start"}
+_WANTED = _SETTINGS | {"block_start", "block_stop", "tracked_stats", "init_start", "run_start", "eval_start",
+                       "eval_stop"}
 
 
 #: the largest number a counter or a time is read as: JSON holds any integer, and a float of 1e400 is inf
@@ -75,7 +76,7 @@ class MlperfScan(ItemScan):
         seq = count(positive(_float(setting.get("max_sequence_length"))))
         gpt3 = setting.get("submission_benchmark") == "gpt3" and seq
         sized = _sizes(blocks, seq if gpt3 else 1)
-        for reader in (_timed, _by_block, _throughputs):
+        for reader in (_timed, _by_block, _throughputs, _between_evals):
             records = reader(events, sized, gbs, seq, bool(gpt3))
             if records:
                 return records
@@ -201,11 +202,12 @@ def _timed(events: list[_Event], blocks: list[_Block], gbs: int | None, seq: int
 
 def _by_block(events: list[_Event], blocks: list[_Block], gbs: int | None, seq: int | None,
               gpt3: bool) -> list[Record]:
+    evaluated = {e.block for e in events if e.key == "eval_start"}
     out = []
     for k, block in enumerate(blocks):
         seconds = (block.stop_ms - block.start_ms) / 1000
-        if not block.samples or seconds <= MIN_SECONDS or (gbs and block.samples < gbs):
-            continue  # a block of no step (a counter that counts something else): no measurement
+        if not block.samples or seconds <= MIN_SECONDS or (gbs and block.samples < gbs) or k in evaluated:
+            continue  # a block of no step (a counter that counts something else), or holding evaluations
         steps = block.samples / gbs if gbs else None
         iteration = round(block.end / gbs) if gbs and block.end else k + 1
         out.append(Record(iteration, None, seconds / steps if steps else None, global_batch_size=gbs,
@@ -230,3 +232,30 @@ def _throughputs(events: list[_Event], blocks: list[_Block], gbs: int | None, se
                   else Record(iteration, None, None, global_batch_size=gbs, samples_per_s=rate, seq_length=seq))
         out.setdefault(iteration, record)
     return [out[i] for i in sorted(out)]
+
+
+def _between_evals(events: list[_Event], blocks: list[_Block], gbs: int | None, seq: int | None,
+                   gpt3: bool) -> list[Record]:
+    """Training between evaluations: from run_start or an eval_stop to the next eval_start, sized by the
+    counts the eval_start events carry (`samples_count`, else `epoch_num`: samples, or tokens for GPT-3)."""
+    scale = seq if gpt3 and seq else 1
+    out, since, done = [], None, None
+    for event in events:
+        if event.key == "run_start":
+            since, done = event.time_ms, 0.0
+        elif event.key == "eval_stop":
+            since = event.time_ms
+        elif event.key == "eval_start":
+            counted = _float(event.metadata.get("samples_count"))
+            counted = _float(event.metadata.get("epoch_num")) if counted is None else counted
+            if counted is None:
+                continue
+            counted /= scale
+            if since is not None and done is not None and counted > done and event.time_ms > since:
+                samples, seconds = counted - done, (event.time_ms - since) / 1000
+                steps = samples / gbs if gbs else None
+                out.append(Record(round(counted / gbs) if gbs else len(out) + 1, None,
+                                  seconds / steps if steps else None, global_batch_size=gbs,
+                                  samples_per_s=samples / seconds, seq_length=seq, consumed_samples=count(counted)))
+            done, since = counted, None
+    return out

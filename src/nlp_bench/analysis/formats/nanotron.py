@@ -73,4 +73,4 @@ class NanotronScan(ItemScan):
                               grad_norm=human(fields.get("grad_norm", "")),
                               tokens_per_s=positive(human(fields.get("tokens_per_sec", ""))),
                               tflops_per_gpu=positive(human(fields.get("model_tflops_per_gpu", ""))), seq_length=seq))
-        return first_of_each([r for r in out if r.iteration_time_s])
+        return first_of_each([r for r in out if r.iteration_time_s], warnings)

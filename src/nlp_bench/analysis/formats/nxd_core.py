@@ -22,6 +22,7 @@ _STEP = re.compile(rf"step (\d{{1,18}}) (?:step_time {_N}s throughput {_N} seq/s
 
 class NxdCoreScan(ItemScan):
     NAME = "nxd-core"
+    LOCAL = True
     STEP = ("step ", _STEP)
 
     def records(self, rows: list[tuple[str, ...]], warnings: Warnings) -> list[Record]:
@@ -37,4 +38,4 @@ class NxdCoreScan(ItemScan):
             elif (throughput := positive(number(rate_is))) is not None:
                 out.append(Record(int(step), None, None, loss=number(loss_is), learning_rate=number(lr),
                                   samples_per_s=throughput))
-        return first_of_each(out)
+        return first_of_each(out, warnings)

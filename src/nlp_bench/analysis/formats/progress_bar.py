@@ -73,6 +73,12 @@ _CLOCK = re.compile(r"[^\S\n]*(?:(\d{1,9}):)?(\d{1,2}):(\d\d)[^\S\n]*")
 _Redraw = tuple[str, str, str, str, str, str, str]
 
 
+def _timed(steps: int, seconds: int) -> bool:
+    """Whether steps that took these seconds of the clock are an interval: one slow step is one of its own
+    (2 s or more: its whole seconds say how slow), several need CLOCK_SPAN_S (a 10% figure at most)."""
+    return steps > 0 and (seconds >= CLOCK_SPAN_S or steps == 1 and seconds >= 2)
+
+
 def _clock(text: str) -> int | None:
     match = _CLOCK.fullmatch(text)
     if match is None:
@@ -235,9 +241,11 @@ class _Steps:
         made = 0  # records of the bar so far
 
         def close() -> None:
-            """The bar ended (or the log did): its open interval is one more, however short; a bar whose
-            clock never moved (all under a second) is timed by its last rate."""
-            if pending is not None and anchor is not None and pending[2] > anchor[1]:
+            """The bar ended (or the log did): its open interval is one more if it is long enough to time
+            (as any other); a bar that has no interval so (its steps all within a few seconds of the clock)
+            is timed by its last rate."""
+            if pending is not None and anchor is not None and _timed(pending[0].iteration - anchor[0],
+                                                                     pending[2] - anchor[1]):
                 out.append((pending[0], pending[1], (pending[2] - anchor[1]) / (pending[0].iteration - anchor[0])))
             elif not made and last is not None and (rate := _rate(*last[0].rate)) is not None:
                 out.append((last[0], last[1], rate))
@@ -268,8 +276,7 @@ class _Steps:
                 anchor, pending = (step.iteration, clock), None
                 continue
             steps, seconds = step.iteration - anchor[0], clock - anchor[1]
-            # one slow step is an interval of its own; several need CLOCK_SPAN_S of the clock
-            if steps > 0 and (seconds >= CLOCK_SPAN_S or steps == 1 and seconds >= 2):
+            if _timed(steps, seconds):
                 out.append((step, post, seconds / steps))
                 anchor, pending, made = (step.iteration, clock), None, made + 1
             else:

@@ -112,5 +112,6 @@ class TorchtitanScan(ItemScan):
                                   tflops_per_gpu=number(tflops.replace(",", "")) if tflops else None,
                                   mfu_percent=number(mfu) if mfu else None, seq_length=seq))
         if rows and not world:
-            warnings["torchtitan lines without the job's tokens/s (tps is per device; the log names no device mesh)"] += len(rows)
-        return first_of_each(out)
+            warnings["torchtitan's tps is per device and the log names no device mesh: steps timed by the "
+                     "timestamps, tokens/s only where the batch and sequence length are known"] += len(rows)
+        return first_of_each(out, warnings)
