@@ -201,10 +201,10 @@ def record_view(record: Record, seq_length: int | None) -> dict:
     samples = record.samples_per_s
     if samples is None and gbs and seconds:
         samples = _figure(operator.truediv, gbs, seconds)
-    if record.tokens_per_s is not None:  # what the framework printed, not re-derived from rounded fields
-        tokens = record.tokens_per_s
-    elif gbs and seq_length and seconds:
+    if gbs and seq_length and seconds:  # one formula for every figure (the log's own tokens/s where it cannot)
         tokens = _figure(tokens_per_s, gbs, seq_length, seconds)
+    elif record.tokens_per_s is not None:
+        tokens = record.tokens_per_s
     else:
         tokens = _figure(operator.mul, samples, seq_length) if samples is not None and seq_length else None
     return {"iteration": record.iteration, "iteration_time_s": seconds, "global_batch_size": gbs,

@@ -5,10 +5,11 @@ lr=7.5e-9, global_step=3.000, consumed_samples=4096.0]`.
 A step's time is read from the bar's clock, not its rate: tqdm's rate is the elapsed time over the steps
 since the bar began (Lightning draws it without smoothing), so it carries the slow first steps, and it is
 printed with as little as one significant digit (`0.02it/s`). The clock (`21:20`, whole seconds) between
-two redraws of the same bar at different steps is the time those steps took; an interval spans steps until
-the clock has moved CLOCK_SPAN_S, so its one-second resolution costs at most 1/CLOCK_SPAN_S of the figure
-(a slower step is an interval of its own). Where the postfix holds the framework's own step timer
-(NeMo's `train_step_timing in s`), that is the time; the rate only where the bar prints no clock.
+two redraws of the same bar at different steps is the time those steps took: one step whose clock moved
+2 s or more is an interval of its own, faster steps make one interval once the clock has moved
+CLOCK_SPAN_S (its one-second resolution then costs at most 1/CLOCK_SPAN_S of the figure). Where the postfix
+holds the framework's own step timer (NeMo's `train_step_timing in s`), that is the time; the rate only
+where the bar prints no clock, or a bar's clock never moved enough to time a step.
 
 Records are keyed by the bar's own step counter (continued across epochs), never by the postfix's
 `global_step=`, which tqdm rounds for display (`3.1e+4`). Only the training bar (`Epoch N`) makes records:
@@ -45,7 +46,7 @@ _BAR = re.compile(r"(Epoch[^\S\n]+\d{1,9}|Validation[^:|\n]{0,40}|Validating|San
 
 def _cut_short(text: str, start: int, end: int) -> list[tuple[str, ...]]:
     """The redraws of a block where some are cut before their `]`: the next redraw may start inside what
-    the cut one's postfix took, so the search goes on from there (at most _POSTFIX_CHARS back)."""
+    the cut one's postfix took, so the search goes on from there (at most 4096 characters back)."""
     found, at = [], start
     while match := _BAR.search(text, at, end):
         found.append(match.groups(""))
@@ -128,7 +129,7 @@ class ProgressBarScan:
                 self._found = _clock(redraw[3]) is not None or bool(redraw[4]) or "timing" in body
 
     def finish(self, torn: str) -> None:
-        self.feed(torn, 0, len(torn))  # a bar is whole only with its closing `]`
+        self.feed(torn, 0, len(torn))  # as any redraw cut before its `]`: what was closed counts
 
     def found(self) -> bool:
         return self._found
