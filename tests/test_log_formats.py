@@ -113,12 +113,18 @@ def test_a_cut_mllog_line_is_counted():
     assert len(parsed.records) == 5 and sum(parsed.warnings.values()) == 1
 
 
+NEMO2 = "".join(f"Training epoch 0, iteration {i}/99 | lr: 1.5e-05 | global_batch_size: 128 | global_step: {i} | "
+                f"reduced_train_loss: {9 - i / 50:.4} | train_step_timing in s: {4.7 + i % 3 / 100} | "
+                f"consumed_samples: {128 * (i + 1)}\n[NeMo I] noise between steps\n" for i in range(40))
+
+
 @pytest.mark.parametrize("name,fmt", [("torchtitan.log", "torchtitan"), ("nanotron.log", "nanotron"),
-                                      ("mlperf_steps.log", "mlperf"), ("nxdt.log", "nxdt")])
+                                      ("mlperf_steps.log", "mlperf"), ("nxdt.log", "nxdt"), (None, "nemo2")])
 def test_each_format_read_alone_and_in_parallel_ranges_alike(name, fmt, tmp_path, monkeypatch):
-    """A large log is read in byte ranges by forked workers: the scans' parts must join as one pass."""
-    text = (LOGS / name).read_text()
-    big = tmp_path / name
+    """A large log is read in byte ranges by forked workers: the scans' parts must join as one pass (NeMo 2's
+    records are made in the workers)."""
+    text = (LOGS / name).read_text() if name else NEMO2
+    big = tmp_path / "job.out"
     big.write_text(text * 3)
     monkeypatch.setattr(parsers, "PARALLEL_BYTES", len(text))
     monkeypatch.setattr(parsers.os, "cpu_count", lambda: 3)
