@@ -64,6 +64,11 @@ def test_loading_another_model_is_one_clear_line(tmp_path):
     assert bad.returncode == 2, bad.stderr[-2000:]
     assert bad.stderr.strip().startswith("nlp_bench.train: error: checkpoint ")
     assert "--num-layers 4 (now 2)" in bad.stderr
+    # the attention's query groups are part of the model a checkpoint holds
+    bad = subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, "--micro-batch-size", "8",
+                          "--load", str(tmp_path), "--group-query-attention", "--num-query-groups", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--num-query-groups 4 (now 2)" in bad.stderr, bad.stderr[-2000:]
 
 
 def test_signal_saves_and_exits_cleanly(tmp_path):

@@ -347,3 +347,67 @@ def test_a_named_checkout_that_cannot_be_read_is_an_error_even_for_a_dry_run(ben
     monkeypatch.delenv("MEGATRON_LM_REPO")  # the profile's checkout is not on this machine: the reference's flags
     out = bench("run", "--tag", "175", "--trainer", "megatron-lm", "--dry-run")
     assert out.exit_code == 0 and "no Megatron-LM checkout here: the arguments are the reference's" in out.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tag", ["llama3-8b", "llama3-70b"])
+def test_megatron_lms_own_parser_accepts_the_llama_arguments(unpacked, tag, bench, results, monkeypatch):
+    """The Llama tags' arguments (grouped-query attention, SwiGLU, RMSNorm, rope base, untied, no biases, mock
+    data with the NullTokenizer) pass Megatron-LM 0.20's own parse_args and validate_args, and Megatron-LM's
+    parsed model is the preset's."""
+    snapshot = unpacked("megatron-lm-core_v0.20.0-d98e8a6.tar.gz")
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("Megatron-LM's parser needs torch")
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(snapshot))
+    out = bench("run", "--tag", tag, "--trainer", "megatron-lm", "--dry-run")
+    assert out.exit_code == 0, out.output
+    (script,) = results.glob("nlp/*/*_megatron-lm/jobscript.sbatch")
+    argv = jobscript_args(script.read_text(), str(script))
+    point = _point(tag, read_checkout(snapshot))
+    done = _own_check(snapshot, point, argv)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["data_parallel_size"] == point.layout.dp
+    for flag in ("--group-query-attention", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights"):
+        assert flag in argv
+    model = point.model
+    assert argv[argv.index("--num-query-groups") + 1] == str(model.num_query_groups)
+    assert argv[argv.index("--rotary-base") + 1] == "500000"
+    assert argv[argv.index("--normalization") + 1] == "RMSNorm"
+
+
+def _megatrons_flops_function(snapshot: Path):
+    """num_floating_point_operations as the snapshot's training.py defines it, run as it is: the function alone,
+    with the model-kind predicates it calls answering for a dense transformer."""
+    import ast
+
+    source = (snapshot / "megatron" / "training" / "training.py").read_text()
+    (node,) = [n for n in ast.parse(source).body
+               if isinstance(n, ast.FunctionDef) and n.name == "num_floating_point_operations"]
+    space = {"is_hybrid_model": lambda args: False, "is_linear_attention_variant": lambda variant: False,
+             "is_gated_delta_net_variant": lambda variant: False}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), "training.py", "exec"), space)
+    return space["num_floating_point_operations"]
+
+
+@pytest.mark.parametrize("preset,tp", [("llama3-8b", 2), ("llama3-70b", 8), ("llama3.1-405b", 8), ("gpt-175b", 8)])
+def test_model_flops_are_megatron_lms_own(unpacked, preset, tp):
+    """flops.megatron_model_flops equals what Megatron-LM 0.20's own num_floating_point_operations computes."""
+    from types import SimpleNamespace
+
+    from nlp_bench import flops
+    from nlp_bench.spec.models import get_model, pad_vocab
+
+    class Args(SimpleNamespace):
+        def __getattr__(self, name):  # every flag the dense path does not set is Megatron's None/False
+            return None
+
+    model = get_model(preset)
+    vocab = pad_vocab(model.vocab_size, tp)
+    args = Args(num_layers=model.num_layers, hidden_size=model.hidden_size,
+                num_attention_heads=model.num_attention_heads, group_query_attention=model.num_query_groups is not None,
+                num_query_groups=model.num_query_groups, kv_channels=model.head_dim,
+                ffn_hidden_size=model.ffn_hidden_size, swiglu=model.swiglu, padded_vocab_size=vocab,
+                seq_length=model.seq_length)
+    theirs = _megatrons_flops_function(unpacked("megatron-lm-core_v0.20.0-d98e8a6.tar.gz"))(args, 64)
+    assert flops.megatron_model_flops(model.flops_shape(64, vocab)) == pytest.approx(theirs, rel=1e-12)

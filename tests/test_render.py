@@ -1,5 +1,6 @@
 """The committed reference jobscripts are exactly what `bench run --dry-run` renders today."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -115,3 +116,24 @@ def test_xla_systems_refuse_pipeline_parallelism(bench):
     out = bench("run", "--tag", "175", "--system", "trn1", "--pp", "2", "--dry-run")
     assert out.exit_code == 2
     assert "pipeline parallelism (pp 2) is not available with the xla backend" in out.output
+
+
+@pytest.mark.parametrize("system,nodes,pp,gas", [("trn1", 16, 8, 512), ("trn2", 8, 4, 256)])
+def test_llama3_70b_keeps_nxd_trainings_layouts_on_trainium(bench, results, system, nodes, pp, gas):
+    """The NxD Training tutorial's layouts render (with one line saying the built-in trainer cannot run pipeline
+    parallelism on xla) and are planned; a real submission is refused in that line."""
+    out = bench("run", "--tag", "llama3-70b", "--system", system, "--dry-run")
+    assert out.exit_code == 0, out.output
+    (script,) = results.glob(f"nlp/*/llama3-70b_n{nodes}_tp32_pp{pp}_mbs1_gas{gas}/jobscript.sbatch")
+    text = script.read_text()
+    for needle in ("export TP_SIZE=32", f"export PP_SIZE={pp}", "--group-query-attention", "--num-query-groups 8",
+                   "--distributed-backend xla", "export GLOBAL_BATCH_SIZE=1024"):
+        assert needle in text, needle
+    warned = [line for line in out.output.splitlines() if "rendered and planned but not run here" in line]
+    assert len(warned) == 1 and f"pipeline parallelism (pp {pp})" in warned[0]
+    out = bench("run", "--tag", "llama3-70b", "--system", system)
+    assert out.exit_code == 2 and "rendered and planned but not run here" in out.output.splitlines()[0]
+    out = bench("plan", "--tag", "llama3-70b", "--system", system, "--pp", str(pp), "--tp", "32", "--json")
+    rows = json.loads(out.output)
+    assert rows and all(r["memory_gib"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+    assert all("no pipeline parallelism on xla" in r["reason"] or "GiB available" in r["reason"] for r in rows)

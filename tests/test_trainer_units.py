@@ -269,3 +269,43 @@ def test_nccl_runs_keep_a_cpu_backend_for_the_scalar_collectives(monkeypatch):
     assert set(seen["backend"].split(",")) == {"cpu:gloo", "cuda:nccl"}
     seen.clear()
     assert trainer.init_distributed("gloo") == torch.device("cpu") and seen["backend"] == "gloo"
+
+
+def _tokenizer_json(folder, words: int) -> None:
+    """A small word-level tokenizer.json made with the tokenizers library, as a site's would be."""
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"w{i}": i for i in range(words)}
+    Tokenizer(models.WordLevel(vocab, unk_token="w0")).save(str(folder / "tokenizer.json"))
+
+
+def test_huggingface_tokenizer_gives_the_vocabulary(tmp_path):
+    _tokenizer_json(tmp_path, 321)
+    rest = [a for a in BASE if a not in ("--vocab-size", "100")]
+    args = parse_args([*rest, "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tmp_path)])
+    assert args.vocab_size == 321
+    args = parse_args([*rest, "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+                       str(tmp_path / "tokenizer.json")])
+    assert args.vocab_size == 321
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "tokenizer.json").write_text("{not json")
+    for model, words in ((None, "needs --tokenizer-model"), (tmp_path / "none", "not found"),
+                         (tmp_path / "broken", "is not a tokenizer.json")):
+        extra = [] if model is None else ["--tokenizer-model", str(model)]
+        with pytest.raises(UsageError, match=words):
+            parse_args([*rest, "--tokenizer-type", "HuggingFaceTokenizer", *extra])
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--group-query-attention", "--num-query-groups", "3"], "--num-query-groups 3 must divide --num-attention-heads 4"),
+    (["--group-query-attention", "--num-query-groups", "0"], "--num-query-groups 0 must divide"),
+    (["--rotary-base", "0"], "--rotary-base must be at least 1"),
+])
+def test_bad_attention_flags_are_one_line(flags, words):
+    with pytest.raises(UsageError, match=words):
+        parse_args([*BASE, *flags])
+
+
+def test_without_group_query_attention_every_head_is_its_own_group():
+    assert parse_args([*BASE, "--num-query-groups", "2"]).num_query_groups == 4
+    assert parse_args([*BASE, "--group-query-attention", "--num-query-groups", "2"]).num_query_groups == 2

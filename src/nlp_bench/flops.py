@@ -5,7 +5,8 @@ so every number this project prints says which one it used. The trainer's log li
 both call these functions: there is no second copy of a formula anywhere.
 
 Symbols: B global batch (sequences), s sequence length, L layers, h hidden size, V padded vocabulary,
-ffn MLP width, t seconds per iteration, W number of devices.
+ffn MLP width, n attention heads, g query groups (g = n: multi-head attention), t seconds per iteration,
+W number of devices.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ class Shape:
     ffn_hidden: int
     swiglu: bool = False
     recompute: bool = False
+    #: attention heads and query groups (grouped-query attention); 0 and 0 mean multi-head attention
+    heads: int = 0
+    query_groups: int = 0
+
+    @property
+    def kv_share(self) -> float:
+        """Key/value heads per query head: g/n, 1 for multi-head attention."""
+        return self.query_groups / self.heads if self.heads and self.query_groups else 1.0
 
 
 def jupiter_flops(shape: Shape) -> float:
@@ -38,7 +47,8 @@ def jupiter_flops(shape: Shape) -> float:
 
     This is the convention behind the reference table's TFLOPs (and Avg_TFLOPs/GPU), so using it is what
     makes our numbers comparable with the published ones. Any activation recompute counts one extra
-    forward (factor 4 instead of 3).
+    forward (factor 4 instead of 3). It knows multi-head attention and an MLP of width 4h only
+    (`log_convention` says where it applies).
     """
     c = 32 if shape.swiglu else 24
     k = 4 if shape.recompute else 3
@@ -49,21 +59,32 @@ def jupiter_flops(shape: Shape) -> float:
 def megatron_model_flops(shape: Shape) -> float:
     """Model FLOPs per iteration as current Megatron-LM counts them (no recompute term; for MFU).
 
-    Plain multi-head attention (q = k = v = h); the attention-score term is already halved for the
-    causal mask.
+    `num_floating_point_operations` in megatron/training/training.py (core_v0.20.0), dense transformer with
+    head size h/n: 3 (forward, two backward GEMMs) x 2 (multiply-add) x per token the query and output
+    projections (2h^2), the key and value projections (2h^2 g/n), the MLP (f h ffn) and the logits (h V),
+    plus the attention scores and their product with the values, halved for the causal mask.
     """
     b, s, n, h, v = shape.global_batch, shape.seq_length, shape.num_layers, shape.hidden, shape.vocab_padded
     f = 3 if shape.swiglu else 2
-    per_token = n * (h * 3 * h + h * h) + n * h * shape.ffn_hidden * f + h * v
+    attention = 2 * h * h + 2 * h * h * shape.kv_share
+    per_token = n * attention + n * h * shape.ffn_hidden * f + h * v
     return 6.0 * b * s * per_token + 6.0 * b * s * s * h * n
+
+
+def log_convention(shape: Shape) -> str:
+    """The convention a log's TFLOPs use for this model: the JUPITER patch's where its formula holds
+    (multi-head attention, MLP width 4h: the GPT models it was written for), else Megatron-LM's model FLOPs,
+    which count grouped-query attention and any MLP width."""
+    return JUPITER if shape.kv_share == 1.0 and shape.ffn_hidden == 4 * shape.hidden else MEGATRON_MODEL
 
 
 CONVENTIONS = {JUPITER: jupiter_flops, MEGATRON_MODEL: megatron_model_flops}
 #: each convention as a formula a reader can check (f = 2, or 3 with SwiGLU; c = 24 or 32, k = 3 or 4)
 FORMULAS = {
     JUPITER: "c*k*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h)) per iteration (JUPITER Megatron patch; k = 4 with recompute)",
-    MEGATRON_MODEL: "6*B*s*(L*(4h^2 + f*h*ffn) + h*V) + 6*B*s^2*h*L per iteration (Megatron-LM model FLOPs, "
-                    "causal attention halved, no recompute term)",
+    MEGATRON_MODEL: "6*B*s*(L*(2h^2 + 2h^2*g/n + f*h*ffn) + h*V) + 6*B*s^2*h*L per iteration (Megatron-LM "
+                    "num_floating_point_operations: query groups g of n heads, causal attention halved, no "
+                    "recompute term)",
 }
 
 

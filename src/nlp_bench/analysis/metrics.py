@@ -144,8 +144,8 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
     """Summary over all intervals, or None when the log has no complete iteration line (or only times so
     large that their mean overflows).
 
-    TFLOPs per GPU is the mean of the logged values when the log has them (JUPITER convention);
-    otherwise it is computed with that convention from `shape` and `devices`. MFU uses Megatron's
+    TFLOPs per GPU is the mean of the logged values when the log has them; otherwise it is computed from
+    `shape` and `devices`, in the convention a log of this model uses (flops.log_convention). MFU uses Megatron's
     model FLOPs against the device's peak.
     """
     if not records:
@@ -158,17 +158,18 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
     if mean_time is None or tps is None:
         return None  # times so large their sum overflows: no figure to report
     logged = [r.tflops_per_gpu for r in records if r.tflops_per_gpu is not None]
+    convention = flops.JUPITER if shape is None else flops.log_convention(shape)
     if logged:
         avg_tflops = _mean(logged)
     elif shape is not None and devices:
-        avg_tflops = flops.tflops_per_device(flops.jupiter_flops(shape), mean_time, devices)
+        avg_tflops = flops.tflops_per_device(flops.CONVENTIONS[convention](shape), mean_time, devices)
     else:
         avg_tflops = None
     mfu = None
     if shape is not None and devices and peak_tflops:
         mfu = flops.tflops_per_device(flops.megatron_model_flops(shape), mean_time, devices) / peak_tflops
     return Summary(len(records), records[-1].iteration, mean_time, gbs, seq_length, tps, gbs / mean_time,
-                   flops.time_to_report(tps, report_tokens), report_tokens, avg_tflops, flops.JUPITER, mfu)
+                   flops.time_to_report(tps, report_tokens), report_tokens, avg_tflops, convention, mfu)
 
 
 # --- steady state: what `bench parse` reports -----------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 from nlp_bench import flops
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.errors import BenchError
+from nlp_bench.spec.models import from_record
 from nlp_bench.spec.switches import decode
 from nlp_bench.spec.trainers import BUILTIN
 from nlp_bench.store import states
@@ -29,12 +30,9 @@ RESULT_COLUMNS = [
 
 
 def shape_of(point: PointRecord) -> flops.Shape:
-    model, layout, on = point.model, point.layout, decode(point.train)
-    return flops.Shape(
-        global_batch=layout["global_batch_size"], seq_length=model["seq_length"], num_layers=model["num_layers"],
-        hidden=model["hidden_size"], vocab_padded=model["vocab_padded"], ffn_hidden=model["ffn_hidden_size"],
-        swiglu=on.swiglu, recompute=on.recomputes,
-    )
+    model = from_record(point.model, point.train)
+    return model.flops_shape(point.layout["global_batch_size"], point.model["vocab_padded"],
+                             recompute=decode(point.train).recomputes)
 
 
 def _fingerprint(log: Path) -> dict[str, int] | None:

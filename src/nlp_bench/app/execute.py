@@ -296,8 +296,10 @@ def _preflight(points: list[Point], predicted: dict[str, dict], dry_run: bool, f
     there), refuse the submission in one line; a dry run says the same as warnings."""
     from nlp_bench.app.doctor import FAIL, site_checks
 
-    problems = [f"{p.id} is predicted not to fit: {predicted[p.id]['reason']} (bench plan; --force submits it anyway)"
-                for p in points if not force and p.id in predicted and not predicted[p.id]["fits"]]
+    problems = [f"{p.id}: {p.unrunnable}" for p in points if p.unrunnable]
+    problems += [f"{p.id} is predicted not to fit: {predicted[p.id]['reason']} (bench plan; --force submits it anyway)"
+                 for p in points if not force and p.id in predicted and not predicted[p.id]["fits"]
+                 and not p.unrunnable]
     seen = set()
     for point in points:  # the points of a run share their system; their flags name the data
         key = repr(sorted(point.train.items()))

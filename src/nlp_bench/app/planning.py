@@ -64,7 +64,7 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
     nodes = space.pop("nodes") or (base.candidate.nodes,)
     try:
         good, pruned = ranking.rank(base.model, base.system, Space(nodes=tuple(nodes), **space), base.candidate, eff,
-                                    base.swiglu, basis)
+                                    basis)
     except timing.NotPlannable as exc:
         raise PlanError(str(exc)) from None
     if not good and not pruned:
@@ -83,7 +83,7 @@ def target(results_dir: Path, benchmark: str, tag: str | None, system: str | Non
     space.pop("nodes", None)
     try:
         best = ranking.smallest_nodes(base.model, base.system, Space(nodes=(1,), **space), base.candidate, eff,
-                                      seconds, base.swiglu, trust=basis)
+                                      seconds, trust=basis)
     except timing.NotPlannable as exc:
         raise PlanError(str(exc)) from None
     return best, calibrated, base
@@ -158,7 +158,7 @@ def fit_points(results_dir: Path, found: list[tuple[points.Planned, float, str]]
     start = trust(results_dir).efficiency
     for name, items in by_system.items():
         def predict(eff, items=items):
-            return [ranking.predict(p.model, p.system, p.candidate, eff, p.swiglu).tokens_per_s
+            return [ranking.predict(p.model, p.system, p.candidate, eff).tokens_per_s
                     for p, _, _ in items]
         try:
             result = calibrate.fit(predict, [m for _, m, _ in items], [label for *_, label in items],
@@ -200,7 +200,7 @@ class Predictor:
             self._efficiencies[name] = efficiency(self.results_dir, name, self._trust)
         eff, calibrated = self._efficiencies[name]
         try:
-            p = ranking.predict(planned.model, planned.system, planned.candidate, eff, planned.swiglu, self._trust)
+            p = ranking.predict(planned.model, planned.system, planned.candidate, eff, self._trust)
         except timing.NotPlannable:
             return None
         return {"tokens_per_s": p.tokens_per_s, "tokens_per_s_low": p.tokens_per_s_low,

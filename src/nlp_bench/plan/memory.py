@@ -28,19 +28,21 @@ WORKSPACE_GIB = 1.5
 FRAGMENTATION = 0.05
 
 
-def transformer_parameters(model: ModelSpec, swiglu: bool = False) -> float:
-    """Megatron's count: QKV and output projections, MLP, two LayerNorms per layer, the final LayerNorm."""
-    h, n = model.hidden_size, model.num_layers
-    gated = 1.5 if swiglu else 1.0
-    return 2 * n * h * h * (2 + (model.ffn_hidden_size / h) * gated + 2 / h + 1 / (n * h))
+def transformer_parameters(model: ModelSpec) -> float:
+    """The layers and the final norm (ModelSpec's count: query groups, MLP kind, norms and biases as the model
+    has them)."""
+    final_norm = model.hidden_size * (1 if model.normalization == "RMSNorm" else 2)
+    return model.num_layers * model.layer_parameters() + final_norm
 
 
-def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bool = False,
-                                    untied: bool = False) -> float:
-    """The first pipeline stage: its share of the layers plus the word embedding, split over tp."""
+def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
+    """The first pipeline stage: its share of the layers plus the word embedding, split over tp. Where tp
+    exceeds the query groups, each rank keeps a whole key/value head (a copy) rather than 1/tp of them."""
     embedding = model.hidden_size * vocab_padded
-    shard = (transformer_parameters(model, swiglu) / c.pp + embedding) / c.tp
-    if untied and c.pp == 1:
+    kv = 2 * model.query_groups * model.head_dim * model.hidden_size * model.num_layers
+    copies = kv * (1 / model.query_groups - 1 / c.tp) if c.tp > model.query_groups else 0.0
+    shard = (transformer_parameters(model) / c.pp + embedding) / c.tp + copies / c.pp
+    if model.untie_embeddings and c.pp == 1:
         shard += embedding / c.tp
     return shard
 
@@ -99,8 +101,8 @@ class MemoryEstimate:
         return self.total / GIB
 
 
-def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bool = False) -> MemoryEstimate:
-    states = parameters_on_most_loaded_shard(model, vocab_padded, c, swiglu) * bytes_per_parameter(c)
+def estimate(model: ModelSpec, vocab_padded: int, c: Candidate) -> MemoryEstimate:
+    states = parameters_on_most_loaded_shard(model, vocab_padded, c) * bytes_per_parameter(c)
     activations = activation_bytes(model, vocab_padded, c)
     allowance = WORKSPACE_GIB * GIB + FRAGMENTATION * (states + activations)
     return MemoryEstimate(states, activations, allowance)

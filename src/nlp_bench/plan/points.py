@@ -4,11 +4,11 @@ memory and speed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from nlp_bench.plan.candidate import Candidate
-from nlp_bench.spec.models import ModelSpec
+from nlp_bench.spec.models import ModelSpec, from_record
 from nlp_bench.spec.switches import decode
 from nlp_bench.spec.systems import System, load_system
 
@@ -20,7 +20,6 @@ class Planned:
     model: ModelSpec
     system: System
     candidate: Candidate
-    swiglu: bool = False
 
 
 def candidate(layout: dict[str, Any], train: dict[str, Any], model: ModelSpec) -> Candidate:
@@ -39,14 +38,11 @@ def candidate(layout: dict[str, Any], train: dict[str, Any], model: ModelSpec) -
 def from_point(point) -> Planned:
     """From a resolved spec.benchmark.Point."""
     layout = {**point.layout.to_dict()}
-    return Planned(point.model, point.system, candidate(layout, point.train, point.model),
-                   decode(point.train).swiglu)
+    return Planned(point.model, point.system, candidate(layout, point.train, point.model))
 
 
 def from_point_json(data: dict[str, Any]) -> Planned:
     """From a point.json (what a run folder keeps)."""
-    names = {f.name for f in fields(ModelSpec)}
-    model = ModelSpec(**{k: v for k, v in data["model"].items() if k in names})
     train = data.get("train") or {}
-    return Planned(model, load_system(data["system"]), candidate(data["layout"], train, model),
-                   decode(train).swiglu)
+    model = from_record(data["model"], train)
+    return Planned(model, load_system(data["system"]), candidate(data["layout"], train, model))

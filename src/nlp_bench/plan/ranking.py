@@ -15,6 +15,10 @@ from nlp_bench.spec.models import ModelSpec, pad_vocab
 from nlp_bench.spec.switches import RECOMPUTE
 from nlp_bench.spec.systems import System
 
+#: why a layout with pipeline parallelism on an xla system is predicted but not offered
+XLA_PIPELINE = ("the built-in trainer has no pipeline parallelism on xla (NxD Training has; the prediction "
+                "stands for it)")
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -51,17 +55,17 @@ class Prediction:
                 "outside_corpus": list(self.outside), "reason": self.reason}
 
 
-def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficiency, swiglu: bool = False,
+def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficiency,
             trust: Trust | None = None) -> Prediction:
-    """Memory, fit and tokens/s of one layout; with `trust`, the interval and whether it extrapolates."""
+    """Memory, fit and tokens/s of one layout; with `trust`, the interval and whether it extrapolates. A
+    layout the built-in trainer cannot run on xla (pipeline parallelism, which NxD Training has) is still
+    predicted, and marked as not runnable here."""
     problems = c.problems(model)
-    if system.backend == "xla" and c.pp > 1:
-        problems.append("no pipeline parallelism with the xla backend (as in the Neuron reference)")
     if problems:
         return Prediction(c, None, False, None, "; ".join(problems))
     vocab = pad_vocab(model.vocab_size, c.tp)
-    gib = memory.estimate(model, vocab, c, swiglu).gib
-    tokens = c.global_batch_size * model.seq_length / timing.estimate(model, vocab, c, system, eff, swiglu).iteration_s
+    gib = memory.estimate(model, vocab, c).gib
+    tokens = c.global_batch_size * model.seq_length / timing.estimate(model, vocab, c, system, eff).iteration_s
     low = high = None
     outside: tuple[str, ...] = ()
     if trust is not None:
@@ -70,6 +74,8 @@ def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficien
     reason = ""
     if system.device_memory_gib is not None and gib > system.device_memory_gib:
         reason = f"needs {gib:.1f} GiB per device, {system.device_memory_gib:g} GiB available"
+    elif system.backend == "xla" and c.pp > 1:
+        reason = XLA_PIPELINE
     return Prediction(c, gib, not reason, tokens, reason, low, high, outside)
 
 
@@ -144,7 +150,7 @@ def unreachable(model: ModelSpec, system: System, space: Space, base: Candidate,
 
 
 def rank(model: ModelSpec, system: System, space: Space, base: Candidate, eff: timing.Efficiency,
-         swiglu: bool = False, trust: Trust | None = None) -> tuple[list[Prediction], list[Prediction]]:
+         trust: Trust | None = None) -> tuple[list[Prediction], list[Prediction]]:
     """(runnable layouts fastest first, pruned layouts most promising first); duplicates dropped."""
     seen: set[Candidate] = set()
     good, pruned = [], []
@@ -152,7 +158,7 @@ def rank(model: ModelSpec, system: System, space: Space, base: Candidate, eff: t
         if c in seen:
             continue
         seen.add(c)
-        p = predict(model, system, c, eff, swiglu, trust)
+        p = predict(model, system, c, eff, trust)
         (good if p.fits else pruned).append(p)
     good.sort(key=lambda p: -p.tokens_per_s)
     pruned.sort(key=lambda p: -(p.tokens_per_s or 0.0))
@@ -160,12 +166,12 @@ def rank(model: ModelSpec, system: System, space: Space, base: Candidate, eff: t
 
 
 def smallest_nodes(model: ModelSpec, system: System, space: Space, base: Candidate, eff: timing.Efficiency,
-                   target_s: float, swiglu: bool = False, limit: int | None = None,
+                   target_s: float, limit: int | None = None,
                    trust: Trust | None = None) -> Prediction | None:
     """The best layout on the fewest nodes whose predicted time_to_report meets the target (every node
     count from 1 up to the system's size is tried), or None."""
     for nodes in range(1, (limit or system.max_nodes or 4096) + 1):
-        good, _ = rank(model, system, replace(space, nodes=(nodes,)), base, eff, swiglu, trust)
+        good, _ = rank(model, system, replace(space, nodes=(nodes,)), base, eff, trust)
         if good and good[0].time_to_report_s <= target_s:
             return good[0]
     return None

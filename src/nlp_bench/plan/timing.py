@@ -85,9 +85,9 @@ class NotPlannable(ValueError):
     """The system profile lacks a figure the time model needs."""
 
 
-def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate, swiglu: bool = False) -> float:
+def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
     """FLOPs one iteration executes: Megatron's model FLOPs plus what recompute repeats."""
-    shape = model.flops_shape(c.global_batch_size, vocab_padded, swiglu=swiglu)
+    shape = model.flops_shape(c.global_batch_size, vocab_padded)
     model_flops = flops.megatron_model_flops(shape)
     b, s, h, n = c.global_batch_size, model.seq_length, model.hidden_size, model.num_layers
     if c.recompute == "full":
@@ -151,7 +151,7 @@ def _within_node(system: System, devices: int) -> float:
     return min(whole, max(1, devices - 1) * system.intra_node_pair_gbps * 1e9)
 
 
-def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, swiglu: bool = False) -> Work:
+def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> Work:
     check_plannable(system)
     inter = system.inter_node_gbps * 1e9  # a node's cards together
     dpn = c.devices_per_node
@@ -159,7 +159,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, swig
     grad = 2 if c.precision == "fp16" else 4
     s, h = model.seq_length, model.hidden_size
 
-    per_micro_batch = hardware_flops(model, vocab_padded, c, swiglu) / (c.world * c.gas)
+    per_micro_batch = hardware_flops(model, vocab_padded, c) / (c.world * c.gas)
     if c.pp > 1:  # the last stage also runs the output layer, which the formula spreads over all stages
         logits = 6.0 * c.mbs * s * h * vocab_padded * (4 / 3 if c.recompute == "full" else 1) / c.tp
         per_micro_batch += logits * (1 - 1 / c.pp)
@@ -170,7 +170,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, swig
     collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0)
     tp_fraction, tp_steps = _ring_factor(c.tp, True)
 
-    params = parameters_on_most_loaded_shard(model, vocab_padded, c, swiglu)
+    params = parameters_on_most_loaded_shard(model, vocab_padded, c)
     if c.distributed_optimizer:
         (reduce_fraction, reduce_steps), (gather_fraction, gather_steps) = (_ring_factor(c.dp, False),) * 2
     else:
@@ -210,6 +210,5 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
                         (w.pp - 1) / w.vp / w.slots)
 
 
-def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, eff: Efficiency,
-             swiglu: bool = False) -> TimeEstimate:
-    return timed(work(model, vocab_padded, c, system, swiglu), eff)
+def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, eff: Efficiency) -> TimeEstimate:
+    return timed(work(model, vocab_padded, c, system), eff)

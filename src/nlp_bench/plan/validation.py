@@ -31,7 +31,7 @@ _CACHE = "corpus-validation.json"
 
 def _work(row: CorpusRow) -> timing.Work:
     p = row.planned
-    return timing.work(p.model, pad_vocab(p.model.vocab_size, p.candidate.tp), p.candidate, p.system, p.swiglu)
+    return timing.work(p.model, pad_vocab(p.model.vocab_size, p.candidate.tp), p.candidate, p.system)
 
 
 def _tokens(row: CorpusRow, w: timing.Work, eff: timing.Efficiency) -> float:

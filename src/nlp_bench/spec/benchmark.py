@@ -12,7 +12,7 @@ from nlp_bench.errors import LayoutError, SpecError, unknown
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, BatchChoice, check_rule, choose
 from nlp_bench.spec.layout import Layout, data_parallel_size, validate
-from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
+from nlp_bench.spec.models import ARCHITECTURE_FLAGS, ModelSpec, get_model, pad_vocab
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
 from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
@@ -23,12 +23,26 @@ _TAG_KEYS = {"description", "model", "model_overrides", "system", "nodes", "tp",
 #: what a tag may set differently on one system (`systems: {name: {...}}`): its layout
 _PER_SYSTEM_KEYS = {"nodes", "tp", "pp", "mbs", "gas"}
 
-#: Flags the point derives from the model and layout; a tag's `train` block may not set them.
+#: Flags the jobscript derives from the model and layout; a tag's `train` block may not set them.
 DERIVED_FLAGS = {
     "num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size", "seq-length", "max-position-embeddings",
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "micro-batch-size", "global-batch-size",
     "distributed-backend",
 }
+#: Flags the point's train mapping takes from its model (ModelSpec.megatron_flags, and the vocabulary where
+#: no tokenizer file gives it); a tag's `train` block may not set them either.
+MODEL_FLAGS = ARCHITECTURE_FLAGS | {"vocab-size"}
+#: the flags that name a tokenizer's files, which give the vocabulary instead of --vocab-size
+_TOKENIZER_FILES = ("vocab-file", "tokenizer-model")
+
+
+def model_flags(model: ModelSpec, flags: dict[str, Any]) -> dict[str, Any]:
+    """The flags `model` sets: its architecture, and its vocabulary size for a run without tokenizer files
+    (mock data, Megatron's NullTokenizer)."""
+    out = model.megatron_flags()
+    if not any(flags.get(name) for name in _TOKENIZER_FILES):
+        out["vocab-size"] = model.vocab_size
+    return out
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,9 @@ class Point:
     #: with Megatron-LM, the checkout the flags were made for (spec.megatron.target): version, commit, flag
     #: table, translations; None until then
     megatron_lm: dict[str, Any] | None = None
+    #: why the point's trainer cannot run it here, where its tag asks for it anyway (a layout of another
+    #: framework's, kept for planning and rendering); None for a point that runs
+    unrunnable: str | None = None
 
     @property
     def id(self) -> str:
@@ -93,6 +110,7 @@ class Point:
             "train": self.train,
             "sbatch": self.sbatch,
             **({"megatron_lm": self.megatron_lm} if self.megatron_lm is not None else {}),
+            **({"unrunnable": self.unrunnable} if self.unrunnable else {}),
         }
 
 
@@ -138,21 +156,30 @@ class Benchmark:
                             gas=layout.get("gas"), global_batch_size=global_batch_size)
         gas = chosen.gas if chosen else layout.get("gas") or own.get("gas", 1)
         layout = validate(model_spec, Layout(*sizes, gas))
+        unrunnable = None
         if sys_.backend == "xla" and layout.pp > 1:
-            raise LayoutError(f"{where}: pipeline parallelism (pp {layout.pp}) is not available with the xla backend "
-                              f"of system {sys_.name!r}, as in the Neuron reference; use pp 1")
+            why = (f"pipeline parallelism (pp {layout.pp}) is not available with the xla backend of system "
+                   f"{sys_.name!r} in the built-in trainer")
+            if layout.pp != own.get("pp", 1):  # asked for now, not the tag's own layout (NxD Training's)
+                raise LayoutError(f"{where}: {why}, as in the Neuron reference; use pp 1")
+            unrunnable = f"{why}: the tag's layout is NxD Training's, rendered and planned but not run here"
         if sys_.max_nodes is not None and layout.nodes > sys_.max_nodes:
             raise SpecError(f"{where} asks for {layout.nodes} nodes but system {sys_.name!r} has {sys_.max_nodes}")
         flags = {**self.train, **(spec.get("train") or {}), **(train or {})}
         clash = DERIVED_FLAGS & set(flags)
         if clash:
             raise SpecError(f"{where}: train may not set {', '.join(sorted(clash))} (they follow from model and layout)")
+        clash = MODEL_FLAGS & set(flags)
+        if clash:
+            raise SpecError(f"{where}: train may not set {', '.join(sorted(clash))}: the model says them (set the "
+                            f"model's fields in model_overrides, e.g. position_embedding_type: rope)")
+        flags = {**model_flags(model_spec, flags), **flags}
         trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
         # a Megatron-LM point's flags are checked once the checkout it will run is known (spec.megatron.target)
         return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
-                     rules=spec.get("rules"), batch=chosen)
+                     rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable)
 
 
 def known_benchmarks() -> list[str]:

@@ -61,7 +61,8 @@ def replica_problem(nodes: int, devices_per_node: int, tp: int, pp: int) -> tupl
 #: what each rule of parallel_violations says, in the words a sweep counts dropped points by
 RULE_WORDS = {
     "positive": "a size below 1", "tp-pp-world": "tp x pp does not divide the devices",
-    "tp-heads": "tp does not divide the attention heads", "tp-ffn": "tp does not divide the MLP width",
+    "tp-heads": "tp does not divide the attention heads",
+    "tp-groups": "tp neither divides nor is a multiple of the query groups", "tp-ffn": "tp does not divide the MLP width",
     "pp-layers": "pp does not divide the layers", "heads-hidden": "the heads do not divide the hidden size",
     "sp-tp": "sequence parallelism without tp", "sp-seq": "tp does not divide the sequence",
     "vp-size": "fewer than 1 layer per virtual stage", "vp-layers": "pp x vp does not divide the layers",
@@ -82,7 +83,8 @@ def parallel_violations(*, world: int, tp: int, pp: int, num_layers: int, num_at
                         ffn_hidden_size: int, hidden_size: int | None = None, seq_length: int | None = None,
                         sequence_parallel: bool = False, chunks: int = 1, layers_per_chunk: int | None = None,
                         micro_batches: int | None = None, micro_batch_size: int | None = None,
-                        global_batch_size: int | None = None, devices: str = "devices") -> list[Violation]:
+                        global_batch_size: int | None = None, devices: str = "devices",
+                        num_query_groups: int | None = None) -> list[Violation]:
     """Every rule of Megatron's tp x pp x dp layout that these sizes break; empty when they can run.
 
     The one home of these rules: the spec (a benchmark point), the sweep (a grid point), the planner (a
@@ -101,6 +103,10 @@ def parallel_violations(*, world: int, tp: int, pp: int, num_layers: int, num_at
     need(num_attention_heads % tp == 0, "tp-heads", lambda:
          f"tp {tp} must divide the number of attention heads {num_attention_heads} "
          "(--tensor-model-parallel-size, --num-attention-heads)")
+    if num_query_groups is not None:
+        need(num_query_groups % tp == 0 or tp % num_query_groups == 0, "tp-groups", lambda:
+             f"tp {tp} must divide the {num_query_groups} query groups or be a multiple of them "
+             "(--tensor-model-parallel-size, --num-query-groups)")
     need(ffn_hidden_size % tp == 0, "tp-ffn", lambda: f"tp {tp} must divide the MLP width {ffn_hidden_size} (--ffn-hidden-size)")
     need(num_layers % pp == 0, "pp-layers", lambda:
          f"pp {pp} must divide the number of layers {num_layers} (--pipeline-model-parallel-size, --num-layers)")
@@ -159,7 +165,7 @@ def violations(model: ModelSpec, layout: Layout, chunks: int = 1, sequence_paral
         world=layout.world, tp=layout.tp, pp=layout.pp, num_layers=model.num_layers,
         num_attention_heads=model.num_attention_heads, ffn_hidden_size=model.ffn_hidden_size,
         hidden_size=model.hidden_size, seq_length=model.seq_length, sequence_parallel=sequence_parallel,
-        chunks=chunks, micro_batches=layout.gas,
+        chunks=chunks, micro_batches=layout.gas, num_query_groups=model.num_query_groups,
         devices=f"devices ({layout.nodes} nodes x {layout.devices_per_node})")
 
 

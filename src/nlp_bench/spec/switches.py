@@ -41,7 +41,6 @@ class Switches:
     distributed_optimizer: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
-    swiglu: bool = False
     flash_attention: bool = False
     masked_softmax_fusion: bool = True
     persist_layer_norm: bool = True
@@ -103,7 +102,7 @@ def decode(flags: Mapping[str, Any], *, xla_use_bf16: bool = False) -> Switches:
         precision=precision, recompute=recompute, recompute_method=method, recompute_num_layers=layers,
         sequence_parallel=bool(get("sequence-parallel")), distributed_optimizer=bool(get("use-distributed-optimizer")),
         overlap_grad_reduce=bool(get("overlap-grad-reduce")), overlap_param_gather=bool(get("overlap-param-gather")),
-        swiglu=bool(get("swiglu")), flash_attention=bool(get("use-flash-attn")),
+        flash_attention=bool(get("use-flash-attn")),
         masked_softmax_fusion=not get("no-masked-softmax-fusion"), persist_layer_norm=not get("no-persist-layer-norm"),
         unfused={op: f"--{flag}" for op, flag in UNFUSING_FLAGS.items() if get(flag)},
         layers_per_virtual_stage=None if per_stage is None else int(per_stage),

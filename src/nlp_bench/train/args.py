@@ -39,6 +39,10 @@ def _model_flags(a) -> None:
     a("--seq-length", type=int, required=True)
     a("--max-position-embeddings", type=int, default=None)
     a("--position-embedding-type", choices=("learned_absolute", "rope"), default="learned_absolute")
+    a("--rotary-base", type=int, default=10000, help="base of the rotary embedding's frequencies")
+    a("--group-query-attention", action="store_true")
+    a("--num-query-groups", type=int, default=1, help="key/value heads with --group-query-attention")
+    a("--disable-bias-linear", dest="add_bias_linear", action="store_false", help="linear layers without biases")
     a("--init-method-std", type=float, default=0.02)
     a("--hidden-dropout", type=float, default=0.1)
     a("--attention-dropout", type=float, default=0.1)
@@ -114,7 +118,9 @@ def _data_flags(a) -> None:
     a("--vocab-size", type=int, default=None, help="vocabulary size for --mock-data without a vocab file")
     a("--vocab-file", default=None)
     a("--merge-file", default=None)
-    a("--tokenizer-type", choices=("GPT2BPETokenizer", "NullTokenizer"), default="GPT2BPETokenizer")
+    a("--tokenizer-type", choices=("GPT2BPETokenizer", "HuggingFaceTokenizer", "NullTokenizer"),
+      default="GPT2BPETokenizer")
+    a("--tokenizer-model", default=None, help="HuggingFaceTokenizer: a tokenizer.json, or a folder holding one")
 
 
 def _run_flags(a) -> None:
@@ -161,6 +167,24 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def huggingface_vocab_size(model: str | None) -> int:
+    """The vocabulary of a HuggingFace tokenizer (tokenizer.json, or the folder that holds it), special tokens
+    included, as Megatron-LM's HuggingFaceTokenizer counts it."""
+    if not model:
+        raise UsageError("--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model (a tokenizer.json or its folder)")
+    path = Path(model)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise UsageError(f"--tokenizer-model: {path} not found")
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
+    except Exception as exc:  # the library raises its own exception type for any unreadable file
+        raise UsageError(f"--tokenizer-model: {path} is not a tokenizer.json ({exc})") from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parsed flags with Megatron's derived defaults filled in, each checked on its own; what combinations
     mean, and which of them cannot run, config.build_config says."""
@@ -194,8 +218,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not path.is_file():
             raise UsageError(f"--vocab-file {path} not found")
         args.vocab_size = len(json.loads(path.read_text()))
+    elif args.tokenizer_type == "HuggingFaceTokenizer":
+        args.vocab_size = huggingface_vocab_size(args.tokenizer_model)
     elif args.vocab_size is None:
-        raise UsageError("give --vocab-file (GPT2BPETokenizer) or --vocab-size (NullTokenizer, mock data)")
+        raise UsageError("give --vocab-file (GPT2BPETokenizer), --tokenizer-model (HuggingFaceTokenizer) or "
+                         "--vocab-size (NullTokenizer, mock data)")
+    if not args.group_query_attention:
+        args.num_query_groups = args.num_attention_heads
+    elif args.num_query_groups < 1 or args.num_attention_heads % args.num_query_groups:
+        raise UsageError(f"--num-query-groups {args.num_query_groups} must divide --num-attention-heads "
+                         f"{args.num_attention_heads}")
+    if args.rotary_base < 1:
+        raise UsageError("--rotary-base must be at least 1")
     for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size",
                  "tensor_model_parallel_size", "log_interval", "vocab_size"):
         if getattr(args, name) < 1:

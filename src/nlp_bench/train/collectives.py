@@ -151,6 +151,22 @@ def all_reduce_grads(tensors: list[torch.Tensor], group: dist.ProcessGroup | Non
         offset += t.numel()
 
 
+def all_reduce_among_copies(tensors: list[torch.Tensor], copies: int, rank: int,
+                            group: dist.ProcessGroup | None) -> None:
+    """Sum gradients over each run of `copies` neighbouring ranks of `group` (the ranks that hold the same
+    key/value heads): one all-reduce of a buffer with a slot per run, which the other runs leave at zero."""
+    if copies == 1 or not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    slots = flat.new_zeros(size(group) // copies, flat.numel())
+    slots[rank // copies] = flat
+    dist.all_reduce(slots, group=group)
+    offset = 0
+    for t in tensors:
+        t.copy_(slots[rank // copies, offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
 def reduce_scatter_flat(flat: torch.Tensor, shard: torch.Tensor, group: dist.ProcessGroup | None) -> None:
     """Sum a flat buffer over the group and keep this rank's contiguous shard (ZeRO-1 gradients)."""
     if size(group) == 1:

@@ -15,17 +15,17 @@ from typing import Any
 
 from nlp_bench.errors import SpecError
 from nlp_bench.spec.layout import data_parallel_size, parallel_violations
-from nlp_bench.spec.models import SHAPE, pad_vocab
+from nlp_bench.spec.models import SHAPE, ModelSpec, from_flags, pad_vocab
 from nlp_bench.spec.switches import Switches, decode
 from nlp_bench.train.args import UsageError, flag_values
 from nlp_bench.train.lr_schedule import LRSchedule, from_args
 from nlp_bench.train.mlperf_log import check_path
 
 #: flags that must agree between the run that saved a checkpoint and the run that loads it
-CHECKPOINT_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
-                    "vocab_size", "tensor_model_parallel_size", "pipeline_model_parallel_size", "swiglu",
-                    "untie_embeddings_and_output_weights", "position_embedding_type",
-                    "num_layers_per_virtual_pipeline_stage")
+CHECKPOINT_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
+                    "seq_length", "vocab_size", "tensor_model_parallel_size", "pipeline_model_parallel_size", "swiglu",
+                    "normalization", "add_bias_linear", "untie_embeddings_and_output_weights",
+                    "position_embedding_type", "rotary_base", "num_layers_per_virtual_pipeline_stage")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,11 @@ class GPTConfig:
     seq_length: int
     max_position_embeddings: int
     vocab_padded: int
+    #: key/value heads (equal to num_attention_heads: multi-head attention)
+    num_query_groups: int
     position_embedding_type: str = "learned_absolute"
+    rotary_base: int = 10000
+    add_bias_linear: bool = True
     init_method_std: float = 0.02
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
@@ -154,6 +158,8 @@ class TrainConfig:
     profile: ProfileConfig
     #: the values of CHECKPOINT_SHAPE, kept in and compared with a checkpoint
     checkpoint_shape: dict[str, Any]
+    #: the model the flags describe, as the rest of nlp-bench names it (FLOPs, parameters)
+    spec: ModelSpec
 
 
 def _layout(args: Namespace, on: Switches, world: int) -> tuple[ParallelConfig, BatchConfig]:
@@ -166,7 +172,7 @@ def _layout(args: Namespace, on: Switches, world: int) -> tuple[ParallelConfig, 
         world=world, tp=tp, pp=pp, num_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
         ffn_hidden_size=args.ffn_hidden_size, hidden_size=args.hidden_size, seq_length=args.seq_length,
         sequence_parallel=on.sequence_parallel, layers_per_chunk=on.layers_per_virtual_stage,
-        micro_batch_size=mbs, global_batch_size=gbs, devices="ranks")
+        micro_batch_size=mbs, global_batch_size=gbs, devices="ranks", num_query_groups=args.num_query_groups)
     if broken:
         raise UsageError(broken[0].message)
     chunks = on.model_chunks(args.num_layers, pp)
@@ -180,10 +186,11 @@ def _model(args: Namespace, on: Switches, tp: int) -> GPTConfig:
     return GPTConfig(
         **{name: getattr(args, name) for name in SHAPE},
         vocab_padded=pad_vocab(args.vocab_size, tp, args.make_vocab_size_divisible_by),
-        position_embedding_type=args.position_embedding_type, init_method_std=args.init_method_std,
+        num_query_groups=args.num_query_groups, position_embedding_type=args.position_embedding_type,
+        rotary_base=args.rotary_base, add_bias_linear=args.add_bias_linear, init_method_std=args.init_method_std,
         hidden_dropout=args.hidden_dropout, attention_dropout=args.attention_dropout,
         layernorm_epsilon=args.layernorm_epsilon, use_flash_attn=on.flash_attention,
-        masked_softmax_fusion=on.masked_softmax_fusion, normalization=args.normalization, swiglu=on.swiglu,
+        masked_softmax_fusion=on.masked_softmax_fusion, normalization=args.normalization, swiglu=args.swiglu,
         untie_embeddings=args.untie_embeddings_and_output_weights, recompute=on.recompute,
         recompute_method=on.recompute_method or "uniform", recompute_num_layers=on.recompute_num_layers or 1,
         seed=args.seed)
@@ -217,4 +224,5 @@ def build_config(args: Namespace, world: int) -> TrainConfig:
                           args.mlperf_log),
         profile=ProfileConfig(args.profile, tuple(args.profile_ranks or [0]), args.profile_step_start,
                               args.profile_step_end, args.tensorboard_dir or "profile"),
-        checkpoint_shape={name: getattr(args, name) for name in CHECKPOINT_SHAPE})
+        checkpoint_shape={name: getattr(args, name) for name in CHECKPOINT_SHAPE},
+        spec=from_flags("trainer", flag_values(args), args.vocab_size))

@@ -68,8 +68,11 @@ class GradBuffer:
                 p.data = self.weights[offset:offset + n].view_as(p)
                 p.grad = p.main_grad  # autograd adds into the buffer in place
             p.register_post_accumulate_grad_hook(self._on_grad)
-            # the global norm counts tp shards on every rank, replicated tensors and tied copies once
-            once = getattr(p, "tensor_parallel", False) or self.groups.tp_rank == 0
+            # the global norm counts tp shards on every rank (a shard several ranks hold, on the first of
+            # them), replicated tensors and tied copies once
+            copies = getattr(p, "tp_copies", 1)
+            once = (getattr(p, "tensor_parallel", False) and self.groups.tp_rank % copies == 0
+                    or self.groups.tp_rank == 0)
             counted[offset:offset + n] = 1.0 if once and not getattr(p, "shared_copy", False) else 0.0
             offset += n
             if id(p) in tied:
@@ -122,16 +125,20 @@ class GradBuffer:
             collectives.all_reduce_grads(late, groups.embedding_group)
             collectives.all_reduce_grads(late, groups.dp_group)
         # sums commute: summing sequence-parallel gradients over tp after dp gives the same numbers
-        collectives.all_reduce_grads(self._sp_grads(), groups.tp_group)
+        collectives.all_reduce_grads(self._grads_of(lambda p: getattr(p, "sequence_parallel", False)), groups.tp_group)
+        copies = max((getattr(p, "tp_copies", 1) for p in self.params), default=1)
+        collectives.all_reduce_among_copies(self._grads_of(lambda p: getattr(p, "tp_copies", 1) > 1), copies,
+                                            groups.tp_rank, groups.tp_group)
         self.grad_shard.div_(groups.dp * loss_scale)
 
-    def _sp_grads(self) -> list[torch.Tensor]:
-        """This rank's part of the gradients of sequence-parallel parameters (in the shard, if sharded)."""
+    def _grads_of(self, chosen) -> list[torch.Tensor]:
+        """This rank's part of the gradients of the `chosen` parameters (in the shard, if sharded). The ranks of
+        a tp group lay their buffers out alike, so each gets the same parts."""
         out = []
         lo, hi = self.range.start, self.range.stop
         for p, offset in zip(self.params, self.offsets, strict=True):
             a, b = max(offset, lo), min(offset + p.numel(), hi)
-            if getattr(p, "sequence_parallel", False) and b > a:
+            if chosen(p) and b > a:
                 out.append(self.grad_shard[a - lo:b - lo])
         return out
 

@@ -35,13 +35,16 @@ def master_normal(key: str, shape: tuple[int, ...], std: float, seed: int) -> to
 
 
 def mark(*params: nn.Parameter, tensor_parallel: bool = False, sequence_parallel: bool = False,
-         shared: bool = False) -> None:
+         shared: bool = False, copies: int = 1) -> None:
     """Tag parameters for the optimizer: sharded over tp (count in every rank's norm), replicated but fed
-    by a sequence shard (sum grads over tp), or a pipeline copy of a tied weight (count once)."""
+    by a sequence shard (sum grads over tp), or a pipeline copy of a tied weight (count once). A tp shard
+    held by `copies` neighbouring tp ranks (key/value heads when tp exceeds the query groups) has its
+    gradients summed over those ranks and counts once."""
     for p in params:
         p.tensor_parallel = tensor_parallel
         p.sequence_parallel = sequence_parallel
         p.shared_copy = shared
+        p.tp_copies = copies
 
 
 class ColumnParallelLinear(nn.Module):
@@ -49,24 +52,35 @@ class ColumnParallelLinear(nn.Module):
 
     With `parts` > 1 the output is several stacked matrices (SwiGLU's gate and up projection): each is
     sharded on its own so every rank holds matching rows of all of them. With `skip_bias_add` the bias
-    is left to the caller, which fuses it into the next op (Megatron's bias-gelu).
+    is left to the caller, which fuses it into the next op (Megatron's bias-gelu). `rows` picks this rank's
+    rows of the whole weight where they are not its 1/tp slice; `copies` ranks then hold the same rows
+    (see `mark`). Without `bias` the layer has none (Megatron's --disable-bias-linear).
     """
 
     def __init__(self, in_features: int, out_features: int, std: float, key: str, seed: int,
-                 tp: TensorParallel, parts: int = 1, skip_bias_add: bool = False) -> None:
+                 tp: TensorParallel, parts: int = 1, skip_bias_add: bool = False, bias: bool = True,
+                 rows: torch.Tensor | None = None, copies: int = 1) -> None:
         super().__init__()
         self.tp, self.skip_bias_add = tp, skip_bias_add
-        shards = [master_normal(f"{key}.{i}" if parts > 1 else key, (out_features, in_features), std, seed)
-                  .chunk(tp.size, dim=0)[tp.rank] for i in range(parts)]
+        shards = []
+        for i in range(parts):
+            full = master_normal(f"{key}.{i}" if parts > 1 else key, (out_features, in_features), std, seed)
+            shards.append(full.chunk(tp.size, dim=0)[tp.rank] if rows is None else full[rows])
         self.weight = nn.Parameter(torch.cat(shards).contiguous())
-        self.bias = nn.Parameter(torch.zeros(parts * out_features // tp.size))
-        mark(self.weight, self.bias, tensor_parallel=True)
+        self.bias = nn.Parameter(torch.zeros(self.weight.shape[0])) if bias else None
+        mark(*[p for p in (self.weight, self.bias) if p is not None], tensor_parallel=True, copies=copies)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.multiply(self.gather(x))
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """The input every rank multiplies: the whole sequence under sequence parallelism."""
         if self.tp.sequence_parallel:
-            x = C.gather_sequence(x, self.tp.group)
-        else:
-            x = C.copy_to_group(x, self.tp.group)
+            return C.gather_sequence(x, self.tp.group)
+        return C.copy_to_group(x, self.tp.group)
+
+    def multiply(self, x: torch.Tensor) -> torch.Tensor:
+        """The product with an input `gather` already made."""
         return F.linear(x, self.weight, None if self.skip_bias_add else self.bias)
 
 
@@ -75,14 +89,15 @@ class RowParallelLinear(nn.Module):
     the sequence under sequence parallelism) across ranks."""
 
     def __init__(self, in_features: int, out_features: int, std: float, key: str, seed: int,
-                 tp: TensorParallel) -> None:
+                 tp: TensorParallel, bias: bool = True) -> None:
         super().__init__()
         self.tp = tp
         full = master_normal(key, (out_features, in_features), std, seed)
         self.weight = nn.Parameter(full.chunk(tp.size, dim=1)[tp.rank].contiguous())
-        self.bias = nn.Parameter(torch.zeros(out_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
         mark(self.weight, tensor_parallel=True)
-        mark(self.bias, sequence_parallel=tp.sequence_parallel)
+        if self.bias is not None:
+            mark(self.bias, sequence_parallel=tp.sequence_parallel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.weight)
@@ -90,7 +105,7 @@ class RowParallelLinear(nn.Module):
             y = C.reduce_scatter_sequence(y, self.tp.group)
         else:
             y = C.reduce_from_group(y, self.tp.group)
-        return y + self.bias
+        return y if self.bias is None else y + self.bias
 
 
 class VocabParallelEmbedding(nn.Module):

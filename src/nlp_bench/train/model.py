@@ -61,15 +61,40 @@ def _sdpa_backend(flash: bool, device: torch.device):
 
 
 class Attention(nn.Module):
+    """Causal self-attention with grouped-query attention: n query heads share g key/value heads (g = n is
+    multi-head attention).
+
+    The whole qkv weight has its rows in groups, each group's query heads then its key and its value head
+    (Megatron's layout). With g a multiple of tp, a rank holds g/tp whole groups; with tp a multiple of g,
+    tp/g neighbouring ranks share one group: each holds its own query heads and a copy of the group's key
+    and value heads, whose gradients those ranks sum (layers.mark's copies).
+    """
+
     def __init__(self, cfg: GPTConfig, tp: TensorParallel, rng: ParallelRNG, index: int) -> None:
         super().__init__()
         self.cfg, self.rng = cfg, rng
-        self.heads = cfg.num_attention_heads // tp.size
-        self.head_dim = cfg.hidden_size // cfg.num_attention_heads
-        h = cfg.hidden_size
-        self.qkv = layers.ColumnParallelLinear(h, 3 * h, cfg.init_method_std, f"layers.{index}.qkv", cfg.seed, tp)
-        self.proj = layers.RowParallelLinear(h, h, layers.scaled_std(cfg.init_method_std, cfg.num_layers),
-                                             f"layers.{index}.proj", cfg.seed, tp)
+        n, g, h = cfg.num_attention_heads, cfg.num_query_groups, cfg.hidden_size
+        d = self.head_dim = h // n
+        self.heads = n // tp.size
+        per_group = n // g  # query heads per group
+        key, std, bias = f"layers.{index}.qkv", cfg.init_method_std, cfg.add_bias_linear
+        out = (n + 2 * g) * d
+        self.kv = None
+        if g % tp.size == 0:
+            self.groups, self.queries = g // tp.size, per_group
+            self.qkv = layers.ColumnParallelLinear(h, out, std, key, cfg.seed, tp, bias=bias)
+        else:
+            copies = tp.size // g
+            self.groups, self.queries = 1, self.heads
+            start = (tp.rank // copies) * (per_group + 2) * d
+            first_query = start + (tp.rank % copies) * self.heads * d
+            self.qkv = layers.ColumnParallelLinear(h, out, std, key, cfg.seed, tp, bias=bias,
+                                                   rows=torch.arange(first_query, first_query + self.heads * d))
+            kv_rows = torch.arange(start + per_group * d, start + (per_group + 2) * d)
+            self.kv = layers.ColumnParallelLinear(h, out, std, key, cfg.seed, tp, bias=bias, rows=kv_rows,
+                                                  copies=copies)
+        self.proj = layers.RowParallelLinear(h, h, layers.scaled_std(std, cfg.num_layers), f"layers.{index}.proj",
+                                             cfg.seed, tp, bias=bias)
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         p = self.cfg.attention_dropout if self.training else 0.0
@@ -81,14 +106,25 @@ class Attention(nn.Module):
         with _sdpa_backend(self.cfg.use_flash_attn, q.device):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
 
+    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries [b, heads, s, d], keys and values [b, groups, s, d] of this rank."""
+        x = self.qkv.gather(x)  # full sequence: under sequence parallelism this gathers it
+        y = self.qkv.multiply(x)
+        if self.kv is not None:
+            y = torch.cat([y, self.kv.multiply(x)], dim=-1)
+        s, b, _ = y.shape
+        # the columns are (group, query heads | key | value, head_dim)
+        y = y.view(s, b, self.groups, self.queries + 2, self.head_dim).permute(1, 2, 3, 0, 4)
+        q = y[:, :, 0] if self.queries == 1 else y[:, :, :self.queries].flatten(1, 2)
+        return q, y[:, :, self.queries], y[:, :, self.queries + 1]
+
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-        qkv = self.qkv(x)
-        s, b, _ = qkv.shape  # full sequence: under sequence parallelism qkv() gathered it
-        # rows of the qkv weight are ordered (head, q|k|v, head_dim): a tp shard holds whole heads
-        qkv = qkv.view(s, b, self.heads, 3, self.head_dim).permute(3, 1, 2, 0, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]  # [b, heads, s, head_dim]
+        q, k, v = self._qkv(x)
+        s, b = q.shape[2], q.shape[0]
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if self.queries > 1:  # each key/value head serves its group's query heads
+            k, v = k.repeat_interleave(self.queries, dim=1), v.repeat_interleave(self.queries, dim=1)
         with self.rng.fork():  # a rank's own heads draw their own dropout masks
             if self.cfg.recompute == "selective":
                 out = recompute(self._core, q, k, v, rng=self.rng)
@@ -105,9 +141,10 @@ class MLP(nn.Module):
         self.swiglu = cfg.swiglu
         # GeLU: the bias is added inside the fused bias-gelu (Megatron's skip_bias_add)
         self.fc1 = layers.ColumnParallelLinear(h, f, cfg.init_method_std, f"layers.{index}.fc1", cfg.seed, tp,
-                                               parts=2 if cfg.swiglu else 1, skip_bias_add=not cfg.swiglu)
+                                               parts=2 if cfg.swiglu else 1, skip_bias_add=not cfg.swiglu,
+                                               bias=cfg.add_bias_linear)
         self.fc2 = layers.RowParallelLinear(f, h, layers.scaled_std(cfg.init_method_std, cfg.num_layers),
-                                            f"layers.{index}.fc2", cfg.seed, tp)
+                                            f"layers.{index}.fc2", cfg.seed, tp, bias=cfg.add_bias_linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc1(x)
@@ -154,7 +191,7 @@ class GPTStage(nn.Module):
                                                                   (cfg.max_position_embeddings, h), std, cfg.seed))
                 mark(self.position, sequence_parallel=tp.sequence_parallel)
         if cfg.position_embedding_type == "rope":
-            cos, sin = rope_tables(cfg.seq_length, h // cfg.num_attention_heads)
+            cos, sin = rope_tables(cfg.seq_length, h // cfg.num_attention_heads, cfg.rotary_base)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.blocks = nn.ModuleList(Block(cfg, tp, rng, first_layer + i) for i in range(num_layers))

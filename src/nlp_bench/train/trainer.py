@@ -17,7 +17,6 @@ import torch.distributed as dist
 
 from nlp_bench import flops, kernels
 from nlp_bench.errors import BenchError
-from nlp_bench.spec.models import SHAPE, ModelSpec
 from nlp_bench.train import checkpoint, collectives, pipeline
 from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.batches import IndexedData, MockData
@@ -277,29 +276,28 @@ def _introduce(config: TrainConfig, groups: ProcessGroups, device: torch.device,
         f"{batch.global_batch_size}, sequence {batch.seq_length}; sequence parallel "
         f"{'on' if on.sequence_parallel else 'off'}, distributed optimizer "
         f"{'on' if on.distributed_optimizer else 'off'}, recompute {on.recompute}")
-    say(groups, f"model {cfg.num_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} heads, ffn "
-        f"{cfg.ffn_hidden_size} ({'SwiGLU' if on.swiglu else 'GeLU'}), vocab {config.data.vocab_size} padded to "
-        f"{cfg.vocab_padded}, {sum(p.numel() for p in model.parameters()):,} parameters on rank 0, "
-        f"position embedding {cfg.position_embedding_type}")
+    say(groups, f"model {config.spec.description()}, vocab {config.data.vocab_size} padded to {cfg.vocab_padded}, "
+        f"{sum(p.numel() for p in model.parameters()):,} parameters on rank 0")
     attention = ("scaled_dot_product_attention" if on.masked_softmax_fusion
                  else "unfused (--no-masked-softmax-fusion)")
     say(groups, f"{kernels.describe()}; attention {attention}")
-    say(groups, f"TFLOPs in the log use the {flops.JUPITER} convention; training {config.control.iterations} iterations on "
+    convention = flops.log_convention(config.spec.flops_shape(batch.global_batch_size, cfg.vocab_padded))
+    say(groups, f"TFLOPs in the log use the {convention} convention; training {config.control.iterations} iterations on "
         f"{'mock data' if config.data.mock else config.data.path}")
 
 
 def _interval_log(config: TrainConfig, groups: ProcessGroups, device: torch.device) -> IntervalLog:
     """The log line's bookkeeping, with the FLOPs per iteration and (on GPUs) one energy meter per node."""
     cfg, on, batch = config.model, config.switches, config.batch
-    shape = ModelSpec("trainer", **{n: getattr(cfg, n) for n in SHAPE}).flops_shape(
-        batch.global_batch_size, cfg.vocab_padded, swiglu=on.swiglu, recompute=on.recomputes)
+    shape = config.spec.flops_shape(batch.global_batch_size, cfg.vocab_padded, recompute=on.recomputes)
     meter = None
     if device.type == "cuda" and os.environ.get("LOCAL_RANK", "0") == "0":
         from nlp_bench.train.energy import EnergyMeter
 
         meter = EnergyMeter()
         say(groups, f"energy: {meter.mode or 'not measured'}" + (f" ({meter.reason})" if meter.reason else ""))
-    return IntervalLog(groups, batch.global_batch_size, batch.seq_length, flops.jupiter_flops(shape), config.board,
+    per_iteration = flops.CONVENTIONS[flops.log_convention(shape)](shape)
+    return IntervalLog(groups, batch.global_batch_size, batch.seq_length, per_iteration, config.board,
                        energy=device.type == "cuda", meter=meter)
 
 
