@@ -69,6 +69,22 @@ def test_loading_another_model_is_one_clear_line(tmp_path):
                           "--load", str(tmp_path), "--group-query-attention", "--num-query-groups", "2"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--num-query-groups 4 (now 2)" in bad.stderr, bad.stderr[-2000:]
+    # a checkpoint from before the groups, biases, rotary base and norm were recorded: what it was saved with is
+    # implied, and weights of another norm are one line too
+    import torch
+
+    (shard,) = tmp_path.glob("iter_*/mp_rank_*/model_rng.pt")
+    saved = torch.load(shard, weights_only=False)
+    for key in ("num_query_groups", "add_bias_linear", "rotary_base", "normalization"):
+        del saved["shape"][key]
+    torch.save(saved, shard)
+    for flags, words in ((["--group-query-attention", "--num-query-groups", "2"], "--num-query-groups 4 (now 2)"),
+                         (["--disable-bias-linear"], "--add-bias-linear True (now False)"),
+                         (["--normalization", "RMSNorm"], "holds another model's weights")):
+        bad = subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, "--micro-batch-size", "8",
+                              "--load", str(tmp_path), *flags], capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and words in bad.stderr, bad.stderr[-2000:]
+        assert "Traceback" not in bad.stderr
 
 
 def test_signal_saves_and_exits_cleanly(tmp_path):

@@ -100,3 +100,37 @@ def test_memory_counts_one_copy_of_a_key_value_head_per_rank_when_tp_exceeds_the
     kv_per_layer = 2 * 128 * 8192  # one key and one value head of 128
     # tp 8: one group per rank; tp 32: still one group per rank, the rest split 4 times finer
     assert shard(32) - (shard(8) - kv_per_layer * 10) / 4 == pytest.approx(kv_per_layer * 10, rel=1e-9)
+
+
+def test_layer_activations_count_the_query_groups_and_swiglu():
+    from nlp_bench.plan.memory import layer_activation_bytes
+
+    c = Candidate(nodes=1, devices_per_node=1, tp=1, pp=1, mbs=2, gas=1, recompute="selective")
+    gpt = get_model("gpt-1.3b")
+    sbh = gpt.seq_length * 2 * gpt.hidden_size
+    assert layer_activation_bytes(gpt, c) == 34 * sbh  # Korthikanti et al.'s 34·s·b·h
+    llama = get_model("llama-tiny")  # 2 groups of 4 heads, SwiGLU of 352 on a hidden size of 128
+    sbh = llama.seq_length * 2 * llama.hidden_size
+    assert layer_activation_bytes(llama, c) == pytest.approx((10 + 4 + 4 * 2 / 4 + 6 * 352 / 128) * sbh)
+
+
+@pytest.mark.parametrize("overrides,words", [("rope", "model_overrides must map model fields to values"),
+                                             ("{mlp: relu}", "model_overrides: model field mlp must be one of")])
+def test_bad_model_overrides_in_a_benchmark_file_name_the_file_and_tag(tmp_path, overrides, words):
+    path = tmp_path / "b.yaml"
+    path.write_text(f"name: b\ntags:\n  t:\n    model: gpt-tiny\n    system: local\n    nodes: 1\n"
+                    f"    model_overrides: {overrides}\n")
+    with pytest.raises(SpecError, match=f"{path}: tag 't': {words}"):
+        load_benchmark(str(path))
+
+
+def test_pipeline_on_xla_is_kept_only_where_the_tags_block_for_that_system_sets_it(tmp_path):
+    path = tmp_path / "b.yaml"
+    path.write_text("name: b\ntags:\n  t:\n    model: gpt-13b\n    system: h100-8\n    nodes: 8\n    tp: 8\n"
+                    "    pp: 4\n    train: {train-iters: 2, lr: 0.1, mock-data: true}\n"
+                    "    systems:\n      trn2: {nodes: 8, tp: 32, pp: 2}\n")
+    bench = load_benchmark(str(path))
+    with pytest.raises(LayoutError, match="pipeline parallelism .pp 4. is not available with the xla backend"):
+        bench.point("t", "trn1", tp=32)  # the tag's pp 4 was not written for trn1
+    assert "rendered and planned but not run here" in bench.point("t", "trn2").unrunnable
+    assert bench.point("t").unrunnable is None

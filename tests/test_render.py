@@ -137,3 +137,26 @@ def test_llama3_70b_keeps_nxd_trainings_layouts_on_trainium(bench, results, syst
     rows = json.loads(out.output)
     assert rows and all(r["memory_gib"] > 0 and r["tokens_per_s"] > 0 for r in rows)
     assert all("no pipeline parallelism on xla" in r["reason"] or "GiB available" in r["reason"] for r in rows)
+
+
+@pytest.mark.parametrize("tag,folder", [("llama3-8b", "llama3-8b_n1_tp2_pp1_mbs1_gas32"),
+                                        ("llama3-70b", "llama3-70b_n8_tp8_pp4_mbs1_gas64")])
+def test_llama_tags_render_their_architecture(bench, results, tag, folder):
+    out = bench("run", "--tag", tag, "--dry-run")
+    assert out.exit_code == 0, out.output
+    text = (next(results.glob(f"nlp/*/{folder}")) / "jobscript.sbatch").read_text()
+    for needle in ("--group-query-attention", "--num-query-groups 8", "--swiglu", "--normalization RMSNorm",
+                   "--position-embedding-type rope", "--rotary-base 500000", "--disable-bias-linear",
+                   "--untie-embeddings-and-output-weights", "--vocab-size 128256", "--tokenizer-type NullTokenizer",
+                   "--mock-data", "export SEQ_LEN=8192", "export GLOBAL_BATCH_SIZE=128"):
+        assert needle in text, needle
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_a_resumed_run_does_not_submit_a_layout_kept_for_rendering(bench, results):
+    out = bench("run", "--tag", "llama3-70b", "--system", "trn2", "--dry-run")
+    assert out.exit_code == 0, out.output
+    (run,) = results.glob("nlp/*/run.json")
+    out = bench("run", "--resume", run.parent.name)
+    assert "0 point(s) to run again" in out.output and "rendered and planned but not run here" in out.output
+    assert out.exit_code == 1

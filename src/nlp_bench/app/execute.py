@@ -468,8 +468,12 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = LaunchOptio
             continue
         try:
             state = refresher.refresh(point.path)
+            why = point.point().data.get("unrunnable") if state in states.RERUNNABLE else None
         except BenchError as exc:
             problems.append(f"{naming(point.path, exc)}: the point is left as it is")
+            continue
+        if why:  # a layout kept for rendering and planning (spec.benchmark's unrunnable), never run
+            problems.append(f"{point.id}: {why}")
             continue
         (todo if state in states.RERUNNABLE else skipped).append((point, state))
     say(f"run {run.id}: {len(todo)} point(s) to run again, {len(skipped)} left as they are")

@@ -3,7 +3,8 @@ and a stated allowance for what the model does not count.
 
 The weight and activation terms are Megatron-LM's theoretical memory model
 (megatron/training/theoretical_memory_usage.py), generalised to the cases it leaves out with Table 2 of
-Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023):
+Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023), whose
+per-layer terms are counted tensor by tensor for grouped-query attention and SwiGLU:
 without sequence parallelism the 10·s·b·h bytes per layer that LayerNorms and dropouts keep are not
 split over tp; without selective recompute (and without flash attention, which never stores it) the
 attention matrix adds 5·a·s²·b/tp bytes; full recompute keeps only each layer's input (2·s·b·h, split
@@ -29,10 +30,10 @@ FRAGMENTATION = 0.05
 
 
 def transformer_parameters(model: ModelSpec) -> float:
-    """The layers and the final norm (ModelSpec's count: query groups, MLP kind, norms and biases as the model
-    has them)."""
+    """The layers and the final norm as Megatron's memory model counts them: query groups, MLP kind and norms
+    as the model has them, the linear layers' biases left out."""
     final_norm = model.hidden_size * (1 if model.normalization == "RMSNorm" else 2)
-    return model.num_layers * model.layer_parameters() + final_norm
+    return model.num_layers * model.layer_parameters(biases=False) + final_norm
 
 
 def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
@@ -61,8 +62,14 @@ def layer_activation_bytes(model: ModelSpec, c: Candidate) -> float:
     sbh = s * b * h
     if c.recompute == "full":
         return 2 * sbh / (t if c.sequence_parallel else 1)
-    split = 8 + 4 * model.ffn_hidden_size / h  # the tensor-parallel part (24 with ffn = 4h)
+    # the tensor-parallel part: queries and the output projection's input (2 + 2), the MLP's first output (2,
+    # or 4 with SwiGLU's gate, times ffn/h) and its activation's output (2 ffn/h), and the keys and values of
+    # the query groups (2 + 2 times g/n); 24 for multi-head attention with a GeLU MLP of 4h
+    split = 4 + (6 if model.swiglu else 4) * model.ffn_hidden_size / h
+    # keys and values: a rank keeps g/tp groups, or one whole group where tp exceeds them
+    kv = 4 * model.query_groups / model.num_attention_heads * sbh / min(t, model.query_groups)
     per_layer = (10 + split) * sbh / t if c.sequence_parallel else (10 + split / t) * sbh
+    per_layer += kv
     if c.recompute == "none" and not c.flash_attention:
         per_layer += 5 * a * s * s * b / t
     return per_layer

@@ -12,7 +12,7 @@ from nlp_bench.errors import LayoutError, SpecError, unknown
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, BatchChoice, check_rule, choose
 from nlp_bench.spec.layout import Layout, data_parallel_size, validate
-from nlp_bench.spec.models import ARCHITECTURE_FLAGS, ModelSpec, get_model, pad_vocab
+from nlp_bench.spec.models import ARCHITECTURE_FLAGS, ModelSpec, check_field, get_model, pad_vocab
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
 from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
@@ -143,7 +143,8 @@ class Benchmark:
         where = f"{self.path}: tag {tag!r}"
         sys_ = load_system(system or spec["system"])
         # the tag, then what it changes on this system, then what the caller overrides
-        own = {**spec, **(spec.get("systems") or {}).get(sys_.name, {})}
+        on_system = (spec.get("systems") or {}).get(sys_.name, {})
+        own = {**spec, **on_system}
         spec = {**own, **{k: v for k, v in layout.items() if v is not None and k != "gas"}}
         model_spec = get_model(spec["model"], **{**(spec.get("model_overrides") or {}), **(model or {})})
         sizes = [spec["nodes"], sys_.devices_per_node, spec.get("tp", 1), spec.get("pp", 1), spec.get("mbs", 1)]
@@ -160,7 +161,8 @@ class Benchmark:
         if sys_.backend == "xla" and layout.pp > 1:
             why = (f"pipeline parallelism (pp {layout.pp}) is not available with the xla backend of system "
                    f"{sys_.name!r} in the built-in trainer")
-            if layout.pp != own.get("pp", 1):  # asked for now, not the tag's own layout (NxD Training's)
+            # only a layout the tag's block for this very system gives (NxD Training's) is kept
+            if layout.pp != on_system.get("pp"):
                 raise LayoutError(f"{where}: {why}, as in the Neuron reference; use pp 1")
             unrunnable = f"{why}: the tag's layout is NxD Training's, rendered and planned but not run here"
         if sys_.max_nodes is not None and layout.nodes > sys_.max_nodes:
@@ -217,6 +219,12 @@ def load_benchmark(name_or_path: str = "nlp") -> Benchmark:
         missing = {"model", "system", "nodes"} - set(spec)
         if missing:
             raise SpecError(f"{path}: tag {tag!r} is missing {', '.join(sorted(missing))}")
+        overrides = spec.get("model_overrides") or {}
+        if not isinstance(overrides, dict):
+            raise SpecError(f"{path}: tag {tag!r}: model_overrides must map model fields to values")
+        for key, value in overrides.items():
+            if why := check_field(str(key), value):
+                raise SpecError(f"{path}: tag {tag!r}: model_overrides: {why}")
         systems = spec.get("systems") or {}
         if not isinstance(systems, dict):
             raise SpecError(f"{path}: tag {tag!r}: systems must map a system name to what changes on it")

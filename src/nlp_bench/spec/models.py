@@ -70,14 +70,16 @@ class ModelSpec:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    def layer_parameters(self) -> int:
-        """One transformer layer: query, key/value and output projections, the MLP, two norms."""
+    def layer_parameters(self, biases: bool = True) -> int:
+        """One transformer layer: query, key/value and output projections, the MLP, two norms; the linear
+        layers' biases where the model has them, unless `biases` is false (Megatron's memory model leaves
+        them out)."""
         h, f, d = self.hidden_size, self.ffn_hidden_size, self.head_dim
         kv = 2 * self.query_groups * d
         matrices = h * h + h * kv + h * h + (3 if self.swiglu else 2) * h * f
-        biases = (h + kv + h + (2 * f if self.swiglu else f) + h) if self.bias else 0
+        linear_biases = (h + kv + h + (2 * f if self.swiglu else f) + h) if self.bias and biases else 0
         norms = 2 * (h if self.normalization == "RMSNorm" else 2 * h)
-        return matrices + biases + norms
+        return matrices + linear_biases + norms
 
     def parameters(self, vocab_padded: int) -> int:
         """All parameters: the layers, the final norm, the word embedding (twice when untied), learned

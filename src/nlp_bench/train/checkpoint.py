@@ -60,6 +60,12 @@ def save(root: str, iteration: int, step: int, shape: dict[str, Any], groups: Pr
     return folder.parent
 
 
+def _before_recorded(shape: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint from before a field was recorded was saved with: every head its own group, biases,
+    Megatron's rotary base (the norm was not recorded: a mismatch shows in the weights' names)."""
+    return {"num_query_groups": shape.get("num_attention_heads"), "add_bias_linear": True, "rotary_base": 10000}
+
+
 def latest(root: str) -> int | None:
     marker = Path(root) / LATEST
     if not marker.is_file():
@@ -82,12 +88,16 @@ def load(root: str, shape: dict[str, Any], groups: ProcessGroups, stage: torch.n
         raise UsageError(f"checkpoint {folder.parent} has no shard for tp rank {groups.tp_rank}, pp rank {groups.pp_rank} "
                          f"(saved with another tensor/pipeline layout?)")
     saved = torch.load(path, map_location="cpu", weights_only=False)
-    # a field the checkpoint's version did not record yet is not compared (the weights' names still are)
-    mismatched = [f"--{k.replace('_', '-')} {saved['shape'][k]} (now {value})"
-                  for k, value in shape.items() if k in saved["shape"] and saved["shape"][k] != value]
+    kept = {**_before_recorded(saved["shape"]), **saved["shape"]}
+    mismatched = [f"--{k.replace('_', '-')} {kept[k]} (now {value})"
+                  for k, value in shape.items() if k in kept and kept[k] != value]
     if mismatched:
         raise UsageError(f"checkpoint {folder.parent} was saved with " + ", ".join(mismatched))
-    stage.load_state_dict(saved["model"])
+    try:
+        stage.load_state_dict(saved["model"])
+    except RuntimeError as exc:  # weights of another model (a setting an older checkpoint did not record)
+        first = str(exc).splitlines()[1].strip() if "\n" in str(exc) else str(exc)
+        raise UsageError(f"checkpoint {folder.parent} holds another model's weights: {first}") from None
     torch.set_rng_state(saved["rng"]["cpu"])
     rng._state = saved["rng"]["tp_stream"]
     if saved["rng"]["cuda"] is not None and torch.cuda.is_available():
