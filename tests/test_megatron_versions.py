@@ -411,3 +411,26 @@ def test_model_flops_are_megatron_lms_own(unpacked, preset, tp):
                 seq_length=model.seq_length)
     theirs = _megatrons_flops_function(unpacked("megatron-lm-core_v0.20.0-d98e8a6.tar.gz"))(args, 64)
     assert flops.megatron_model_flops(model.flops_shape(64, vocab)) == pytest.approx(theirs, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_the_one_gpu_tag_runs_megatron_lm_without_apex_or_transformer_engine(unpacked, bench, results, monkeypatch):
+    """gpu-small on local-gpu (the grid that put the two trainers side by side on an H100): Megatron-LM gets
+    the local layers and none of the fusions that need Apex's kernels, its own parser accepts the arguments,
+    and the built-in trainer's point gets none of those flags."""
+    snapshot = unpacked("megatron-lm-core_v0.20.0-d98e8a6.tar.gz")
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("Megatron-LM's parser needs torch")
+    monkeypatch.setenv("MEGATRON_LM_REPO", str(snapshot))
+    out = bench("sweep", str(ROOT / "benchmark" / "grids" / "trainers-1gpu.yaml"), "--dry-run")
+    assert out.exit_code == 0, out.output
+    (megatron,) = results.glob("nlp/*/*_megatron-lm/jobscript.sbatch")
+    (builtin,) = [p for p in results.glob("nlp/*/*/jobscript.sbatch") if p != megatron]
+    argv = jobscript_args(megatron.read_text(), str(megatron))
+    local = ["--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm"]
+    assert argv[argv.index("--transformer-impl") + 1] == "local" and all(flag in argv for flag in local)
+    assert not {"--transformer-impl", *local} & set(jobscript_args(builtin.read_text(), str(builtin)))
+    point = _point("gpu-small", read_checkout(snapshot))
+    done = _own_check(snapshot, point, argv)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1])["world_size"] == 1

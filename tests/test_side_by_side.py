@@ -26,3 +26,63 @@ def test_side_by_side_on_cpu(tmp_path):
     assert all(row["mfu"] is None for row in found.values()) and "no MFU on CPU" in proc.stdout
     if found["megatron-core"]["tokens_per_s"] is None:
         assert "megatron" in found["megatron-core"]["note"].lower()
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_side_by_side", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(os.path.dirname(SCRIPT))
+    return module
+
+
+def test_a_failed_worker_is_named_by_its_exception_not_by_a_warning_printed_at_exit():
+    """On the H100 every megatron-core failure was reported as NCCL's exit warning (the last line of stderr),
+    which hid the error (a dtype mismatch) until a second device call."""
+    why = _script()._why
+    stderr = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"x.py\", line 3, in <module>\n"
+              "[rank0]: RuntimeError: expected mat1 and mat2 to have the same dtype\n"
+              "[rank0]:[W1126 16:00:41.42 ProcessGroupNCCL.cpp:1575] Warning: WARNING: destroy_process_group() was "
+              "not called before program exit\n")
+    assert why(stderr) == "RuntimeError: expected mat1 and mat2 to have the same dtype"
+    assert why("torch.OutOfMemoryError: CUDA out of memory.\nsome note\n") == "torch.OutOfMemoryError: CUDA out of memory."
+    assert why("the plain GPT has no SwiGLU\n") == "the plain GPT has no SwiGLU"
+
+
+def test_every_size_is_the_model_its_peers_build():
+    sizes = _script().SIZES
+    llama, mbs, gbs, _ = sizes["llama3-8b-4l"]
+    assert (llama.num_layers, llama.hidden_size, llama.num_query_groups, llama.ffn_hidden_size, llama.seq_length,
+            llama.vocab_size, llama.untie_embeddings) == (4, 4096, 8, 14336, 8192, 128256, True)
+    wide = sizes["4096"][0]
+    # Megatron's 18 bytes per parameter (bf16 weights, fp32 gradients, master weights, two moments) fit 80 GB
+    assert 18 * wide.parameters(50304) < 60e9
+    flags = _script().builtin_flags("llama3-8b-4l", 3, "cuda")
+    for flag in ("--group-query-attention", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights"):
+        assert flag in flags
+    assert flags[flags.index("--num-query-groups") + 1] == "8" and flags[flags.index("--rotary-base") + 1] == "500000"
+
+
+@pytest.mark.slow
+def test_a_run_past_the_budget_is_skipped_and_said_and_each_log_is_kept(tmp_path):
+    """A device lease is short: after the first run, a peer whose run would end past --budget-s is skipped
+    with the reason in its row; the builtin's log (energy figures, kernels) is kept under --logs. The plain
+    GPT refuses a Llama shape instead of training another model."""
+    out, logs = tmp_path / "sbs.json", tmp_path / "logs"
+    proc = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--size", "llama-tiny", "--repeats", "2",
+                           "--iters", "4", "--peers", "builtin,torch-eager", "--budget-s", "1", "--json", str(out),
+                           "--logs", str(logs)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = {row["peer"]: row for row in json.loads(out.read_text())["rows"]}
+    assert found["builtin"]["tokens_per_s"] > 0 and len(found["builtin"]["runs"]) == 1
+    assert found["torch-eager"]["tokens_per_s"] is None
+    assert "over the 1 s budget" in found["torch-eager"]["note"]
+    log = (logs / "llama-tiny-builtin-1.log").read_text()
+    assert "4 heads in 2 query groups" in log and " iteration " in log
+    with pytest.raises(RuntimeError, match="the plain GPT has no"):
+        _script()._worker("torch-eager", "llama-tiny", 2, "cpu")

@@ -309,3 +309,25 @@ def test_bad_attention_flags_are_one_line(flags, words):
 def test_without_group_query_attention_every_head_is_its_own_group():
     assert parse_args([*BASE, "--num-query-groups", "2"]).num_query_groups == 4
     assert parse_args([*BASE, "--group-query-attention", "--num-query-groups", "2"]).num_query_groups == 2
+
+
+def test_a_gpu_profile_counts_each_kernels_time_once():
+    """Under the kineto profiler a CPU operator (aten::mm) carries the device time of the kernel it launched,
+    and the kernel has its own event: the split counted both, so the GEMMs took twice their time and the
+    host gap vanished. Step markers (user annotations) span kernels and are not one."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from nlp_bench.train.profiling import summarise
+
+    def event(key, device, micros, annotation=False):
+        return SimpleNamespace(key=key, device_type=device, self_device_time_total=micros,
+                               self_cpu_time_total=5.0, is_user_annotation=annotation, is_legacy=False)
+
+    events = [event("aten::mm", DeviceType.CPU, 600.0), event("sm90_xmma_gemm_bf16_tn", DeviceType.CUDA, 600.0),
+              event("flash_fwd_kernel", DeviceType.CUDA, 200.0), event("ProfilerStep#3", DeviceType.CUDA, 990.0, True)]
+    found = summarise(events, wall_s=0.001, steps=1, device_type="cuda")
+    shares = {k: round(v["ms_per_step"], 6) for k, v in found["categories"].items()}
+    assert shares == {"gemm": 0.6, "attention": 0.2, "host gap": 0.2}
+    assert [t["name"] for t in found["top"]] == ["sm90_xmma_gemm_bf16_tn", "flash_fwd_kernel"]

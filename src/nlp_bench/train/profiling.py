@@ -76,25 +76,49 @@ class StepProfiler:
         self._profiler = None
 
 
-def summarise(events, wall_s: float, steps: int, device_type: str) -> dict:
-    """Time per category per step (ms) and its share of the step's wall time; `events` are the profiler's
-    key averages. On a GPU device time is counted and the rest of the wall time is the host gap."""
+def _on_device(event) -> bool:
+    """A kernel's own event. The kineto profiler also gives each CPU operator the device time of the kernels
+    it launched; counting those too would count every kernel twice. User annotations (the profiler's step
+    markers) span kernels rather than being one."""
+    from torch.autograd import DeviceType
+
+    if getattr(event, "is_user_annotation", False):
+        return False
+    if getattr(event, "is_legacy", False):  # the legacy profiler keeps kernel time on the CPU operators
+        return event.device_type == DeviceType.CPU
+    return event.device_type != DeviceType.CPU
+
+
+def summarise(events, wall_s: float, steps: int, device_type: str, top: int = 12) -> dict:
+    """Time per category per step (ms) and its share of the step's wall time, and the `top` kernels (or
+    operators) by time; `events` are the profiler's key averages. On a GPU each kernel's device time is
+    counted once and the rest of the wall time is the host gap."""
     on_device = device_type == "cuda"
     totals: dict[str, float] = {}
+    named: dict[str, float] = {}
     for event in events:
-        micros = getattr(event, "self_device_time_total", None) if on_device else event.self_cpu_time_total
-        if on_device and micros is None:
-            micros = getattr(event, "self_cuda_time_total", 0.0)
+        if on_device:
+            if not _on_device(event):
+                continue
+            micros = getattr(event, "self_device_time_total", None)
+            if micros is None:
+                micros = getattr(event, "self_cuda_time_total", 0.0)
+        else:
+            micros = event.self_cpu_time_total
         if not micros or micros <= 0:
             continue
         label = category(event.key)
         totals[label] = totals.get(label, 0.0) + micros / 1e6
+        named[event.key] = named.get(event.key, 0.0) + micros / 1e6
     wall = max(wall_s, sum(totals.values())) if not on_device else wall_s
     if on_device:
         totals["host gap"] = max(0.0, wall - sum(totals.values()))
     ordered = dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+    heaviest = sorted(named.items(), key=lambda kv: -kv[1])[:top]
     return {
         "basis": "device time per kernel, host gap = wall - device" if on_device else "self CPU time per operator",
         "steps": steps, "wall_ms_per_step": 1e3 * wall / steps,
         "categories": {k: {"ms_per_step": 1e3 * v / steps, "share": v / wall if wall else 0.0} for k, v in ordered.items()},
+        "top": [{"name": k, "category": category(k), "ms_per_step": 1e3 * v / steps, "share": v / wall if wall else 0.0}
+                for k, v in heaviest],
     }
