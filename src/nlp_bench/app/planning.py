@@ -55,9 +55,17 @@ def _batch_space(space: dict, base: points.Planned) -> dict:
 
 
 def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
-         top: int) -> tuple[list[Prediction], list[Prediction], bool, points.Planned]:
-    """(best layouts, pruned layouts, calibrated?, the tag's own point) for the tag on the system."""
+         top: int, model: str | None = None) -> tuple[list[Prediction], list[Prediction], bool, points.Planned]:
+    """(best layouts, pruned layouts, calibrated?, the tag's own point) for the tag on the system; `model` (a
+    preset or a file of Megatron-LM flag names) replaces the tag's model, which keeps the tag's nodes, batch
+    and switches."""
     base = points.from_point(load_benchmark(benchmark).point(tag, system))
+    if model is not None:
+        from dataclasses import replace
+
+        from nlp_bench.plan import explicit
+
+        base = replace(base, model=explicit.load_model(model))
     space = _batch_space(space, base)
     basis = trust(results_dir)
     eff, calibrated = efficiency(results_dir, base.system.name, basis)
@@ -72,6 +80,39 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
                         + ranking.unreachable(base.model, base.system, Space(nodes=tuple(nodes), **space),
                                               base.candidate))
     return good[:top], pruned, calibrated, base
+
+
+def predict_rows(results_dir: Path, path: Path) -> list[dict]:
+    """`bench plan predict ROWS.yaml`: each stated layout's prediction with the keys of `bench plan --json`,
+    its id and the names of its model and system; a row the planner cannot answer says why in `reason`."""
+    from nlp_bench.plan import explicit
+
+    rows = explicit.load_rows(path)
+    basis = trust(results_dir)
+    own: dict[str, tuple[timing.Efficiency, bool]] = {}
+    out = []
+    for row in rows:
+        if row.planned is None:
+            out.append({"id": row.id, **_unanswered(row.stated, row.unmodelled)})
+            continue
+        p = row.planned
+        if p.system.name not in own:
+            own[p.system.name] = efficiency(results_dir, p.system.name, basis)
+        eff, calibrated = own[p.system.name]
+        try:
+            found = {**ranking.predict(p.model, p.system, p.candidate, eff, basis).to_dict(), "calibrated": calibrated,
+                     "model": p.model.name, "system": p.system.name}
+        except timing.NotPlannable as exc:
+            found = _unanswered(row.stated, f"the planner cannot time {p.system.name}: {exc}")
+        out.append({"id": row.id, **found})
+    return out
+
+
+def _unanswered(stated: dict, reason: str) -> dict:
+    """The keys of a prediction, with the layout as stated and no figures."""
+    blank = dict.fromkeys(JSON_KEYS)
+    return {**blank, **stated, "dp": None, "gas": None, "fits": None, "extrapolated": None, "outside_corpus": [],
+            "reason": reason, "calibrated": False}
 
 
 def target(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,

@@ -4,6 +4,8 @@ published corpus."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from nlp_bench.cli.one_line import DefaultGroup, renamed
@@ -58,10 +60,15 @@ def plan() -> None:
 @click.option("--target-seconds", type=click.FloatRange(min=0, min_open=True), default=None, hidden=True)
 @click.option("--calibrate", "calibrate_", is_flag=True, hidden=True)
 @click.option("--validate", "validate_", is_flag=True, hidden=True)
+@click.option("--predict", "rows_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Predict the layouts stated in this rows file instead (`bench plan predict`).")
+@click.option("--model", "model_name", default=None,
+              help="Plan this model instead of the tag's: a preset, or a YAML file of Megatron-LM flag names.")
 @click.argument("runs", nargs=-1, metavar="", required=False)
 @click.pass_context
 def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas, recompute,
-              global_batch_size, batch, top, as_json, target_seconds, calibrate_, validate_, runs) -> None:
+              global_batch_size, batch, top, as_json, target_seconds, calibrate_, validate_, rows_file, model_name,
+              runs) -> None:
     """Every layout of the tag on the system, ranked by predicted tokens/s, then what was pruned and why
     (the default mode: `bench plan --tag 175` is `bench plan rank --tag 175`)."""
     from nlp_bench.app import planning
@@ -69,6 +76,12 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
     from nlp_bench.report.plan_text import render_plan
     from nlp_bench.report.table import terminal_width
 
+    if rows_file is not None:
+        if runs or calibrate_ or validate_ or target_seconds is not None or model_name or tag:
+            raise click.UsageError("--predict ROWS takes no --tag, --model, RUN, --calibrate, --validate or "
+                                   "--target-seconds: the rows state everything")
+        ctx.invoke(plan_predict, rows_file=rows_file, as_json=as_json)
+        return
     if validate_:
         if runs or calibrate_ or target_seconds is not None:
             raise click.UsageError("--validate takes no RUN, --calibrate or --target-seconds")
@@ -89,7 +102,8 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
         renamed("bench plan --target-seconds S", "bench plan target S")
         _target(ctx, target_seconds, tag, system, benchmark_name, space, as_json)
         return
-    good, pruned, calibrated, base = planning.plan(ctx.obj["results_dir"], benchmark_name, tag, system, space, top)
+    good, pruned, calibrated, base = planning.plan(ctx.obj["results_dir"], benchmark_name, tag, system, space, top,
+                                                   model_name)
     if as_json:
         click.echo(dumps([{**p.to_dict(), "calibrated": calibrated} for p in good + pruned[:top]]))
     else:
@@ -148,3 +162,23 @@ def plan_validate(ctx: click.Context, as_json: bool) -> None:
 
     found = planning.validate(ctx.obj["results_dir"])
     click.echo(dumps(found) if as_json else render_validation(found), nl=as_json)
+
+
+@plan.command("predict")
+@click.argument("rows_file", metavar="ROWS.yaml", type=click.Path(dir_okay=False, path_type=Path))
+@_JSON
+@click.pass_context
+def plan_predict(ctx: click.Context, rows_file: Path, as_json: bool) -> None:
+    """Predict layouts stated outright: ROWS.yaml holds `rows:`, each with an id, a model (a preset, or
+    Megatron-LM's flag names without --: num-layers, hidden-size, num-attention-heads, num-query-groups,
+    ffn-hidden-size, seq-length, vocab-size, swiglu, ...), a system (profile name or file), gpus or nodes,
+    tp, pp, cp, vp, mbs, global_batch_size, recompute, sequence_parallel, distributed_optimizer, precision
+    (bf16, fp16, fp8), decoder_first/last_pipeline_num_layers and tp_comm_overlap. What the planner does not
+    model yet is answered with no figures and the reason, never ignored."""
+    from nlp_bench.app import planning
+    from nlp_bench.fsio import dumps
+    from nlp_bench.report.plan_text import render_predictions
+
+    found = planning.predict_rows(ctx.obj["results_dir"], rows_file)
+    click.echo(dumps(found) if as_json else render_predictions(found), nl=as_json)
+    ctx.exit(0 if any(r["tokens_per_s"] is not None for r in found) else 1)

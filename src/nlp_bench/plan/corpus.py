@@ -18,7 +18,7 @@ from nlp_bench.plan.candidate import Candidate
 from nlp_bench.plan.points import Planned
 from nlp_bench.spec.models import ModelSpec, get_model
 from nlp_bench.spec.switches import RECOMPUTE
-from nlp_bench.spec.systems import load_system
+from nlp_bench.spec.systems import System, load_system
 from nlp_bench.spec.yamlio import load_yaml
 
 CORPUS_FILE = "planner-corpus.yaml"
@@ -113,14 +113,31 @@ class Ranges:
     billions: tuple[float, float]
     tp: tuple[int, int]
     pp: tuple[int, int]
+    seq_length: tuple[int, int]
+    vocab: tuple[int, int]
+    devices: frozenset[str]
+    precisions: frozenset[str]
+    #: whether any corpus model has fewer key/value heads than query heads
+    grouped_query: bool
 
-    def outside(self, nodes: int, billions: float, tp: int, pp: int) -> list[str]:
-        """The quantities of a layout that lie outside the corpus, in words; empty when it is inside."""
+    def outside(self, model: ModelSpec, system: System, c: Candidate, vocab_padded: int) -> list[str]:
+        """What of a layout lies outside the corpus, in words: its scale and shape, and the device,
+        precision and attention the corpus fitted on; empty when it is inside."""
+        billions = model.parameters(vocab_padded) / 1e9
         out = []
-        for name, value, (lo, hi) in (("nodes", nodes, self.nodes), ("model size (B)", billions, self.billions),
-                                      ("tp", tp, self.tp), ("pp", pp, self.pp)):
+        for name, value, (lo, hi) in (("nodes", c.nodes, self.nodes), ("model size (B)", billions, self.billions),
+                                      ("tp", c.tp, self.tp), ("pp", c.pp, self.pp),
+                                      ("sequence", model.seq_length, self.seq_length),
+                                      ("vocabulary", model.vocab_size, self.vocab)):
             if not lo <= value <= hi:
                 out.append(f"{name} {value:g} outside {lo:g}..{hi:g}")
+        for name, value, seen in (("device", system.device_name, self.devices),
+                                  ("precision", c.precision, self.precisions)):
+            if value not in seen:
+                out.append(f"{name} {value} not in the corpus ({', '.join(sorted(seen))})")
+        if model.query_groups < model.num_attention_heads and not self.grouped_query:
+            out.append(f"grouped-query attention ({model.query_groups} groups for {model.num_attention_heads} heads) "
+                       "not in the corpus")
         return out
 
 
@@ -129,6 +146,11 @@ def ranges(rows: list[CorpusRow]) -> Ranges:
         values = list(values)
         return min(values), max(values)
 
+    models = [r.planned.model for r in rows]
     return Ranges(span(r.candidate.nodes for r in rows),
-                  span(round(r.planned.model.parameters(r.planned.model.vocab_size) / 1e9, 1) for r in rows),
-                  span(r.candidate.tp for r in rows), span(r.candidate.pp for r in rows))
+                  span(round(m.parameters(m.vocab_size) / 1e9, 1) for m in models),
+                  span(r.candidate.tp for r in rows), span(r.candidate.pp for r in rows),
+                  span(m.seq_length for m in models), span(m.vocab_size for m in models),
+                  frozenset(r.planned.system.device_name for r in rows),
+                  frozenset(r.candidate.precision for r in rows),
+                  any(m.query_groups < m.num_attention_heads for m in models))

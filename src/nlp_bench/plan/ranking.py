@@ -70,7 +70,7 @@ def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficien
     outside: tuple[str, ...] = ()
     if trust is not None:
         low, high = trust.interval(tokens)
-        outside = tuple(trust.ranges.outside(c.nodes, model.parameters(vocab) / 1e9, c.tp, c.pp))
+        outside = tuple(trust.ranges.outside(model, system, c, vocab))
     reason = ""
     if system.device_memory_gib is not None and gib > system.device_memory_gib:
         reason = f"needs {gib:.1f} GiB per device, {system.device_memory_gib:g} GiB available"

@@ -127,3 +127,22 @@ def render_validation(found: dict) -> str:
     for line in found["pinned"]:
         out.append(f"the fit ended on a bound: {line}\n")
     return "".join(out)
+
+
+def render_predictions(found: list[dict]) -> str:
+    """`bench plan predict`: one line per stated layout, then why each unanswered one has no figures."""
+    def figure(value, fmt="{:,.0f}"):
+        return "-" if value is None else fmt.format(value)
+
+    rows = [[r["id"], r["model"], r["system"], r["nodes"], r["tp"], r["pp"], figure(r["dp"], "{}"), r["mbs"],
+             r["global_batch_size"], figure(r["memory_gib"], "{:.1f}"), figure(r["tokens_per_s"]),
+             "-" if r["tokens_per_s_low"] is None else f"{r['tokens_per_s_low']:,.0f}..{r['tokens_per_s_high']:,.0f}",
+             "yes" if r["extrapolated"] else ("-" if r["extrapolated"] is None else "no")] for r in found]
+    out = [tabulate(rows, headers=["row", "model", "system", "nodes", "tp", "pp", "dp", "mbs", "GBS", "GiB/device",
+                                   "tokens/s", "~90% interval", "extrapolated"], disable_numparse=True) + "\n"]
+    for r in found:
+        if r["reason"]:
+            out.append(f"{r['id']}: {r['reason']}\n")
+        if r["outside_corpus"]:
+            out.append(f"{r['id']}: outside the corpus: {', '.join(r['outside_corpus'])}\n")
+    return "".join(out)

@@ -143,6 +143,13 @@ def load_system(name: str) -> System:
     return _parse_system(path, path.stat().st_mtime_ns, name)
 
 
+def load_system_file(path: Path) -> System:
+    """A system profile from a file anywhere (its name is the file's stem, as in slurm/systems/)."""
+    if not path.is_file():
+        raise SpecError(f"system profile {path} not found")
+    return _parse_system(path, path.stat().st_mtime_ns, path.stem)
+
+
 @functools.lru_cache(maxsize=64)
 def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
     data = load_yaml(path, "system profile")

@@ -1,0 +1,218 @@
+"""Layouts a user states outright (`bench plan predict ROWS.yaml`), and models given by Megatron-LM's flags
+(`bench plan --model`): how someone checks a published figure without writing a benchmark tag.
+
+A rows file is a mapping with `rows:`, each row a mapping:
+
+    id: a name for the row (required)
+    model: a preset name, or a mapping of Megatron-LM flag names without `--` (num-layers, hidden-size,
+           num-attention-heads, num-query-groups, ffn-hidden-size, seq-length, vocab-size, swiglu, ...)
+    system: a system profile name, or the path of a profile file
+    gpus | nodes: the allocation (gpus a multiple of the profile's devices per node)
+    tp, pp, cp, vp, mbs (default 1), global_batch_size (required)
+    recompute: none | selective | full (default none, as Megatron-LM), sequence_parallel,
+    distributed_optimizer (default false, as Megatron-LM), precision: bf16 | fp16 | fp8 (default bf16),
+    decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers, tp_comm_overlap
+
+What the planner does not model yet (context parallelism, FP8, uneven pipeline stages, tensor-parallel
+communication overlap) is never ignored: such a row is answered with no prediction and the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from nlp_bench.errors import PlanError, SpecError
+from nlp_bench.plan.candidate import Candidate
+from nlp_bench.plan.points import Planned
+from nlp_bench.spec.models import PRESETS, ModelSpec, from_flags, get_model
+from nlp_bench.spec.switches import RECOMPUTE
+from nlp_bench.spec.systems import System, load_system, load_system_file
+from nlp_bench.spec.yamlio import load_yaml
+
+#: the Megatron-LM flags (without `--`) a model mapping may give, and what each must be
+_INT_FLAGS = ("num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size",
+              "seq-length", "max-position-embeddings", "vocab-size", "rotary-base")
+_SWITCH_FLAGS = ("group-query-attention", "swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear")
+_CHOICE_FLAGS = {"normalization": ("LayerNorm", "RMSNorm"), "position-embedding-type": ("learned_absolute", "rope")}
+MODEL_FLAGS = (*_INT_FLAGS, *_SWITCH_FLAGS, *_CHOICE_FLAGS, "name")
+_REQUIRED_MODEL = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "vocab-size")
+
+_ROW_INTS = ("gpus", "nodes", "tp", "pp", "cp", "vp", "mbs", "global_batch_size",
+             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+_ROW_SWITCHES = ("sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "flash_attention",
+                 "overlap_grad_reduce", "overlap_param_gather")
+PRECISIONS = ("bf16", "fp16", "fp8")
+ROW_KEYS = ("id", "model", "system", "recompute", "precision", *_ROW_INTS, *_ROW_SWITCHES)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One stated layout: what the planner predicts, or why it cannot (`unmodelled`)."""
+
+    id: str
+    planned: Planned | None
+    unmodelled: str = ""
+    #: the layout as stated, for the answer when nothing can be planned
+    stated: Mapping[str, Any] | None = None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_types(mapping: Mapping[str, Any], ints: tuple[str, ...], switches: tuple[str, ...], what: str) -> None:
+    for key in ints:
+        if key in mapping and not _positive_int(mapping[key]):
+            raise SpecError(f"{what} {key} must be a positive integer, got {mapping[key]!r}")
+    for key in switches:
+        if key in mapping and not isinstance(mapping[key], bool):
+            raise SpecError(f"{what} {key} must be true or false, got {mapping[key]!r}")
+
+
+def model_from_flags(mapping: Mapping[str, Any], where: str) -> ModelSpec:
+    """A model from Megatron-LM's flag names (a planner row's `model`, or `bench plan --model FILE`)."""
+    unknown = sorted(set(mapping) - set(MODEL_FLAGS))
+    if unknown:
+        raise SpecError(f"{where}: unknown model flag(s) {', '.join(unknown)}; known: {', '.join(MODEL_FLAGS)}")
+    missing = [k for k in _REQUIRED_MODEL if k not in mapping]
+    if missing:
+        raise SpecError(f"{where}: the model needs {', '.join(missing)}")
+    _check_types(mapping, _INT_FLAGS, _SWITCH_FLAGS, f"{where}: model flag")
+    for key, choices in _CHOICE_FLAGS.items():
+        if key in mapping and mapping[key] not in choices:
+            raise SpecError(f"{where}: model flag {key} must be one of {', '.join(choices)}, got {mapping[key]!r}")
+    flags = dict(mapping)
+    if "num-query-groups" in flags:
+        flags["group-query-attention"] = True
+    elif flags.get("group-query-attention"):
+        raise SpecError(f"{where}: group-query-attention needs num-query-groups")
+    model = from_flags(str(flags.get("name", "")), flags, int(flags["vocab-size"]))
+    if model.num_attention_heads % model.query_groups:
+        raise SpecError(f"{where}: {model.num_attention_heads} attention heads do not split into "
+                        f"{model.query_groups} query groups")
+    if model.hidden_size % model.num_attention_heads:
+        raise SpecError(f"{where}: hidden-size {model.hidden_size} is not a multiple of the "
+                        f"{model.num_attention_heads} attention heads")
+    if not model.name:
+        model = replace(model, name=f"custom-{model.parameters(model.vocab_size) / 1e9:.1f}b")
+    return model
+
+
+def load_model(value: str) -> ModelSpec:
+    """`bench plan --model`: a preset name, or a YAML file holding a model mapping (Megatron-LM's flag names)."""
+    if value in PRESETS:
+        return PRESETS[value]
+    path = Path(value)
+    if not path.is_file():
+        raise SpecError(f"--model {value}: neither a model preset ({', '.join(PRESETS)}) nor a file")
+    data = load_yaml(path, "model")
+    return model_from_flags(data, str(path))
+
+
+def _system(value: Any, where: str) -> System:
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"{where}: system must be a profile name or the path of a profile file")
+    if value.endswith((".yaml", ".yml")) or "/" in value:
+        return load_system_file(Path(value))
+    return load_system(value)
+
+
+def _row_model(value: Any, where: str) -> ModelSpec:
+    if isinstance(value, str):
+        return get_model(value)
+    if isinstance(value, Mapping):
+        return model_from_flags(value, where)
+    raise SpecError(f"{where}: model must be a preset name or a mapping of Megatron-LM flag names")
+
+
+def _unmodelled(row: Mapping[str, Any], model: ModelSpec) -> list[str]:
+    """What the row asks for that the planner does not model yet."""
+    out = []
+    if row.get("cp", 1) > 1:
+        out.append(f"context parallelism (cp {row['cp']})")
+    if row.get("precision") == "fp8":
+        out.append("FP8")
+    first, last = row.get("decoder_first_pipeline_num_layers"), row.get("decoder_last_pipeline_num_layers")
+    if first is not None or last is not None:
+        out.append("uneven pipeline stages (decoder_first/last_pipeline_num_layers)")
+    if row.get("tp_comm_overlap"):
+        out.append("tensor-parallel communication overlap")
+    return out
+
+
+def read_row(row: Any, index: int, source: str) -> Row:
+    """One row, checked: a fault a user can fix is one line naming the file and the row."""
+    if not isinstance(row, Mapping):
+        raise SpecError(f"{source} row {index}: expected a mapping, got {type(row).__name__}")
+    ident = row.get("id")
+    where = f"{source} row {ident if ident is not None else index}"
+    if not isinstance(ident, (str, int)) or isinstance(ident, bool) or str(ident) == "":
+        raise SpecError(f"{where}: every row needs an id")
+    unknown = sorted(set(row) - set(ROW_KEYS))
+    if unknown:
+        raise SpecError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(ROW_KEYS)}")
+    _check_types(row, _ROW_INTS, _ROW_SWITCHES, f"{where}:")
+    for key in ("model", "system", "global_batch_size"):
+        if key not in row:
+            raise SpecError(f"{where}: {key} is required")
+    if ("gpus" in row) == ("nodes" in row):
+        raise SpecError(f"{where}: give exactly one of gpus and nodes")
+    recompute = row.get("recompute", "none")
+    if recompute not in RECOMPUTE:
+        raise SpecError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    precision = row.get("precision", "bf16")
+    if precision not in PRECISIONS:
+        raise SpecError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    try:
+        model = _row_model(row["model"], where)
+        system = _system(row["system"], where)
+    except SpecError as exc:  # a preset or profile that cannot be read: say which row named it
+        message = str(exc)
+        raise SpecError(message if message.startswith(where) else f"{where}: {message}") from None
+    per_node = system.devices_per_node
+    if "gpus" in row and row["gpus"] % per_node:
+        raise SpecError(f"{where}: gpus {row['gpus']} is not a whole number of {system.name}'s "
+                        f"{per_node}-device nodes")
+    nodes = row["nodes"] if "nodes" in row else row["gpus"] // per_node
+    tp, pp, mbs = row.get("tp", 1), row.get("pp", 1), row.get("mbs", 1)
+    stated = {"model": model.name, "system": system.name, "nodes": nodes, "tp": tp, "pp": pp, "vp": row.get("vp", 1), "mbs": mbs,
+              "global_batch_size": row["global_batch_size"], "recompute": recompute,
+              "distributed_optimizer": row.get("distributed_optimizer", False),
+              "sequence_parallel": row.get("sequence_parallel", False)}
+    missing = _unmodelled(row, model)
+    if missing:
+        return Row(str(ident), None, "not modelled yet: " + "; ".join(missing), stated)
+    world = nodes * per_node
+    replicas = tp * pp
+    if world % replicas:
+        return Row(str(ident), None, f"tp {tp} x pp {pp} does not divide the {world} devices", stated)
+    dp = world // replicas
+    if row["global_batch_size"] % (dp * mbs):
+        return Row(str(ident), None, f"the global batch {row['global_batch_size']} is not a multiple of "
+                                     f"dp {dp} x mbs {mbs}", stated)
+    c = Candidate(nodes=nodes, devices_per_node=per_node, tp=tp, pp=pp, mbs=mbs,
+                  gas=row["global_batch_size"] // (dp * mbs), vp=row.get("vp", 1), recompute=recompute,
+                  distributed_optimizer=row.get("distributed_optimizer", False),
+                  sequence_parallel=row.get("sequence_parallel", False),
+                  flash_attention=row.get("flash_attention", True), precision=precision,
+                  overlap_grad_reduce=row.get("overlap_grad_reduce", False),
+                  overlap_param_gather=row.get("overlap_param_gather", False))
+    return Row(str(ident), Planned(model, system, c), stated=stated)
+
+
+def load_rows(path: Path) -> list[Row]:
+    """Every row of a rows file; ids must be unique."""
+    data = load_yaml(path, "rows file")
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise PlanError(f"{path}: expected `rows:`, a list of layouts (see `bench plan predict --help`)")
+    out = [read_row(row, i, str(path)) for i, row in enumerate(rows, 1)]
+    seen: set[str] = set()
+    for row in out:
+        if row.id in seen:
+            raise SpecError(f"{path}: row id {row.id!r} is used twice")
+        seen.add(row.id)
+    return out
