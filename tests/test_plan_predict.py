@@ -1,6 +1,7 @@
 """`bench plan predict ROWS.yaml` (and `bench plan --predict`, `bench plan --model`): layouts and models a
-user states outright, as when checking a published figure; what the planner does not model is answered
-with the reason, never ignored."""
+user states outright, as when checking a published figure, with grouped-query attention, context
+parallelism, FP8, uneven pipeline stages and tensor-parallel overlap; a row that cannot be laid out or timed
+is answered with the reason, never ignored."""
 
 import json
 import textwrap
@@ -46,7 +47,7 @@ def test_stated_rows_are_predicted_or_refused_with_the_reason(bench, tmp_path):
     found = _json(out)
     assert list(found) == [r["id"] for r in rows]
     for row in found.values():
-        assert set(JSON_KEYS) | {"id", "model", "system"} == set(row)
+        assert set(JSON_KEYS) | {"id", "model", "system"} == set(row) and "cp" in JSON_KEYS
     gqa = found["llama-gqa"]
     assert gqa["tokens_per_s"] > 0 and gqa["dp"] == 16 and gqa["gas"] == 8 and gqa["reason"] == ""
     assert gqa["model"] == "custom-8.0b" and gqa["system"] == "h100-8"
@@ -57,12 +58,13 @@ def test_stated_rows_are_predicted_or_refused_with_the_reason(bench, tmp_path):
     for needle in ("device H100-SXM-80GB not in the corpus", "sequence 8192 outside",
                    "grouped-query attention (8 groups for 32 heads) not in the corpus"):
         assert needle in outside, outside
-    assert found["cp"]["tokens_per_s"] is None and found["cp"]["reason"] == "not modelled yet: context parallelism (cp 2)"
-    assert found["fp8"]["reason"] == "not modelled yet: FP8"
-    assert "uneven pipeline stages" in found["uneven"]["reason"] and found["uneven"]["memory_gib"] is None
+    # context parallelism, FP8 and uneven stages are modelled: each row is predicted, none is ignored
+    assert found["cp"]["tokens_per_s"] > 0 and found["cp"]["cp"] == 2 and found["cp"]["dp"] == 1
+    assert found["fp8"]["tokens_per_s"] > 0 and "precision fp8 not in the corpus (bf16, fp16)" in found["fp8"]["outside_corpus"]
+    assert found["uneven"]["memory_gib"] > 0 and found["uneven"]["dp"] == 4
     assert found["batch"]["reason"] == "the global batch 10 is not a multiple of dp 4 x mbs 3"
     text = bench("plan", "--predict", str(_rows(tmp_path, rows)))
-    assert text.exit_code == 0 and "cp: not modelled yet: context parallelism (cp 2)" in text.output
+    assert text.exit_code == 0 and "batch: the global batch 10 is not a multiple of dp 4 x mbs 3" in text.output
     assert "llama-gqa" in text.output and "custom-8.0b" in text.output
 
 
@@ -98,6 +100,8 @@ def test_a_stated_layout_is_predicted_as_the_tag_with_the_same_layout_is(bench, 
      "system profile nowhere/else.yaml not found"),
     ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "global_batch_size": 8, "precision": "fp4"},
      "precision must be one of bf16, fp16, fp8"),
+    ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "tp": 8, "global_batch_size": 8,
+      "tp_comm_overlap": True}, "tp_comm_overlap needs sequence_parallel"),
 ])
 def test_a_faulty_row_is_one_line_naming_the_file_and_the_row(tmp_path, row, needle):
     from conftest import run_bench
@@ -137,3 +141,60 @@ def test_bench_plan_model_plans_a_shape_that_has_no_tag_under_its_own_name(bench
     assert preset.exit_code == 0 and preset.output.startswith("gpt-13b on juwels-booster")
     wrong = bench("plan", "--tag", "175", "--model", "gpt-99b")
     assert wrong.exit_code == 2 and "neither a model preset" in wrong.output
+
+
+def _predict(bench, tmp_path, rows):
+    out = bench("plan", "predict", str(_rows(tmp_path, rows, f"rows-{len(rows)}-{rows[0]['id']}.yaml")), "--json")
+    return _json(out)
+
+
+BASE = {"model": "llama3-70b", "system": "h100-8", "nodes": 8, "tp": 8, "pp": 4, "mbs": 1, "global_batch_size": 64,
+        "recompute": "selective", "sequence_parallel": True, "distributed_optimizer": True}
+
+
+def test_context_parallelism_splits_the_sequence_and_pays_for_its_ring(bench, tmp_path):
+    found = _predict(bench, tmp_path, [{**BASE, "id": "cp1"}, {**BASE, "id": "cp2", "cp": 2},
+                                       {**BASE, "id": "cp4", "cp": 4, "nodes": 16},
+                                       {**BASE, "id": "odd", "cp": 3, "nodes": 12}])
+    cp1, cp2 = found["cp1"], found["cp2"]
+    assert cp2["dp"] == cp1["dp"] // 2 and cp2["gas"] == 2 * cp1["gas"]
+    # each rank holds half of every sequence's activations; the weights are the same
+    assert cp2["memory_gib"] < cp1["memory_gib"] - 5
+    # the same devices, the same work: within the ring's cost of each other
+    assert 0.8 < cp2["tokens_per_s"] / cp1["tokens_per_s"] < 1.2
+    assert found["odd"]["tokens_per_s"] is None and "2 x cp 3" in found["odd"]["reason"]
+
+
+def test_fp8_runs_the_linear_layers_at_the_fp8_rate_where_the_system_has_one(bench, tmp_path):
+    row = {"model": "llama3-8b", "system": "h100-8", "gpus": 8, "tp": 2, "mbs": 1, "global_batch_size": 64,
+           "sequence_parallel": True, "distributed_optimizer": True}
+    found = _predict(bench, tmp_path, [{**row, "id": "bf16"}, {**row, "id": "fp8", "precision": "fp8"},
+                                       {**row, "id": "a100", "system": "selene", "precision": "fp8"}])
+    ratio = found["fp8"]["tokens_per_s"] / found["bf16"]["tokens_per_s"]
+    assert 1.1 < ratio < 2.0  # the attention core, element-wise work and communication stay as they were
+    assert found["fp8"]["memory_gib"] > found["bf16"]["memory_gib"]  # the weights' 8-bit copies
+    assert found["a100"]["tokens_per_s"] is None and "no peak_fp8_tflops" in found["a100"]["reason"]
+
+
+def test_uneven_stages_plan_what_an_even_split_refuses_and_wait_for_the_fullest_stage(bench, tmp_path):
+    big = {"model": "llama3.1-405b", "system": "h100-8", "nodes": 128, "tp": 8, "pp": 16, "mbs": 1,
+           "global_batch_size": 512, "recompute": "full", "sequence_parallel": True, "distributed_optimizer": True}
+    row = {**BASE, "model": "llama3-8b", "nodes": 2, "tp": 4, "global_batch_size": 32}
+    found = _predict(bench, tmp_path, [
+        {**big, "id": "even-405b"},
+        {**big, "id": "uneven-405b", "decoder_first_pipeline_num_layers": 7, "decoder_last_pipeline_num_layers": 7},
+        {**row, "id": "even-8b"},
+        {**row, "id": "heavy-middle", "decoder_first_pipeline_num_layers": 6, "decoder_last_pipeline_num_layers": 6},
+        {**row, "id": "bad", "decoder_first_pipeline_num_layers": 5, "decoder_last_pipeline_num_layers": 6}])
+    assert "pp 16 must divide the number of layers 126" in found["even-405b"]["reason"]
+    assert found["uneven-405b"]["tokens_per_s"] > 0
+    # 32 layers as 6, 10, 10, 6: the middle stages (10 layers) set the pace, slower than 8 a stage
+    assert found["heavy-middle"]["tokens_per_s"] < found["even-8b"]["tokens_per_s"]
+    assert "do not split evenly over the other 2 stages" in found["bad"]["reason"]
+
+
+def test_tensor_parallel_overlap_hides_collectives_behind_the_gemms(bench, tmp_path):
+    row = {**BASE, "id": "plain"}
+    found = _predict(bench, tmp_path, [row, {**row, "id": "overlap", "tp_comm_overlap": True}])
+    assert found["overlap"]["tokens_per_s"] > found["plain"]["tokens_per_s"]
+    assert found["overlap"]["memory_gib"] == found["plain"]["memory_gib"]

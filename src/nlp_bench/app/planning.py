@@ -14,7 +14,7 @@ from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, KEEP_GAS
 from nlp_bench.spec.benchmark import load_benchmark
 
 #: The keys every object of `bench plan --json` has (README, "Planning"; tests pin them).
-JSON_KEYS = ("nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "global_batch_size", "recompute",
+JSON_KEYS = ("nodes", "tp", "pp", "cp", "dp", "vp", "mbs", "gas", "global_batch_size", "recompute",
              "distributed_optimizer", "sequence_parallel", "memory_gib", "fits", "tokens_per_s", "tokens_per_s_low",
              "tokens_per_s_high", "time_to_report_s", "extrapolated", "outside_corpus", "reason", "calibrated")
 #: The keys of `bench plan validate --json` (README, "Planning").
@@ -93,7 +93,7 @@ def predict_rows(results_dir: Path, path: Path) -> list[dict]:
     out = []
     for row in rows:
         if row.planned is None:
-            out.append({"id": row.id, **_unanswered(row.stated, row.unmodelled)})
+            out.append({"id": row.id, **_unanswered(row.stated, row.refused)})
             continue
         p = row.planned
         if p.system.name not in own:

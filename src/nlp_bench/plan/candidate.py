@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nlp_bench.spec.layout import Layout
 from nlp_bench.spec.layout import problems as layout_problems
 from nlp_bench.spec.models import ModelSpec
+
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 
 
 @dataclass(frozen=True)
@@ -19,10 +21,70 @@ class Candidate(Layout):
     distributed_optimizer: bool = True
     sequence_parallel: bool = True
     flash_attention: bool = True
-    precision: str = "bf16"  # bf16 | fp16 | fp32
+    precision: str = "bf16"  # bf16 | fp16 | fp32 | fp8 (bf16 training with Transformer Engine's FP8 GEMMs)
     overlap_grad_reduce: bool = False  # Megatron's --overlap-grad-reduce
     overlap_param_gather: bool = False  # Megatron's --overlap-param-gather
+    cp: int = 1  # context parallelism: each rank of a cp group holds 1/cp of every sequence
+    first_stage_layers: int | None = None  # Megatron's --decoder-first-pipeline-num-layers
+    last_stage_layers: int | None = None  # --decoder-last-pipeline-num-layers
+    tp_comm_overlap: bool = False  # --tp-comm-overlap: tensor-parallel collectives behind the GEMMs
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel replicas: what tp x cp x pp leaves of the world."""
+        return self.world // (self.tp * self.pp * self.cp)
+
+    @property
+    def weight_replicas(self) -> int:
+        """The ranks that hold the same weights, over which gradients are reduced and the distributed
+        optimizer shards its states (Megatron's data-parallel group with context parallelism)."""
+        return self.dp * self.cp
+
+    def stage_layers(self, num_layers: int) -> tuple[float, ...]:
+        """The transformer layers of each pipeline stage: the first and last as given, the rest split evenly
+        over the stages between (Megatron's uneven pipeline); without them L/pp each (a published layout
+        whose pp does not divide L, as Megatron-DeepSpeed ran BLOOM, counts the average stage)."""
+        if self.first_stage_layers is None and self.last_stage_layers is None:
+            return (num_layers / self.pp,) * self.pp
+        given = [n for n in (self.first_stage_layers, self.last_stage_layers) if n is not None]
+        rest, others = num_layers - sum(given), self.pp - len(given)
+        middle = rest // others if others else 0
+        first = self.first_stage_layers if self.first_stage_layers is not None else middle
+        last = self.last_stage_layers if self.last_stage_layers is not None else middle
+        return (first, *(middle,) * (self.pp - 2), last) if self.pp > 1 else (first,)
 
     def problems(self, model: ModelSpec) -> list[str]:
-        """Why this layout cannot run the model (the spec's rules, and interleaving's); empty when it can."""
-        return layout_problems(model, self, chunks=self.vp)
+        """Why this layout cannot run the model (the spec's rules, interleaving's, context parallelism's and
+        the uneven pipeline's); empty when it can."""
+        if self.cp == 1 and self.first_stage_layers is None and self.last_stage_layers is None:
+            return layout_problems(model, self, chunks=self.vp)
+        out = []
+        if self.world % (self.tp * self.pp * self.cp):
+            out.append(f"tp {self.tp} x cp {self.cp} x pp {self.pp} does not divide the {self.world} devices")
+            return out
+        if model.seq_length % (2 * self.cp):
+            out.append(f"sequence {model.seq_length} does not split into 2 x cp {self.cp} chunks (Megatron's "
+                       "load-balanced context parallelism)")
+        even = replace(self, cp=1, nodes=1, devices_per_node=self.tp * self.pp, first_stage_layers=None,
+                       last_stage_layers=None)
+        uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
+        for found in layout_problems(model, even, chunks=self.vp):
+            if uneven and "layers" in found:  # the even split's rule; the uneven one is checked below
+                continue
+            out.append(found)
+        if uneven:
+            out += self._uneven_problems(model.num_layers)
+        return out
+
+    def _uneven_problems(self, num_layers: int) -> list[str]:
+        given = [n for n in (self.first_stage_layers, self.last_stage_layers) if n is not None]
+        others = self.pp - len(given)
+        rest = num_layers - sum(given)
+        if self.pp < 2 or (self.pp == 2 and len(given) == 2 and rest) or others < 0:
+            return [f"uneven stages need pp >= 2 and the given stages' layers to add up to {num_layers}"]
+        if rest < (1 if others else 0) or (others and rest % others):
+            return [f"the {rest} layers left by the first/last stages do not split evenly over the other "
+                    f"{others} stages"]
+        if self.vp > 1:
+            return ["uneven stages with interleaving (vp > 1) are not modelled"]
+        return []

@@ -13,8 +13,8 @@ A rows file is a mapping with `rows:`, each row a mapping:
     distributed_optimizer (default false, as Megatron-LM), precision: bf16 | fp16 | fp8 (default bf16),
     decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers, tp_comm_overlap
 
-What the planner does not model yet (context parallelism, FP8, uneven pipeline stages, tensor-parallel
-communication overlap) is never ignored: such a row is answered with no prediction and the reason.
+A row whose layout cannot be laid out (tp x cp x pp not dividing the devices, a global batch that dp x mbs
+does not divide) is answered with no prediction and the reason.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ ROW_KEYS = ("id", "model", "system", "recompute", "precision", *_ROW_INTS, *_ROW
 
 @dataclass(frozen=True)
 class Row:
-    """One stated layout: what the planner predicts, or why it cannot (`unmodelled`)."""
+    """One stated layout: what the planner predicts, or why it cannot (`refused`)."""
 
     id: str
     planned: Planned | None
-    unmodelled: str = ""
+    refused: str = ""
     #: the layout as stated, for the answer when nothing can be planned
     stated: Mapping[str, Any] | None = None
 
@@ -128,21 +128,6 @@ def _row_model(value: Any, where: str) -> ModelSpec:
     raise SpecError(f"{where}: model must be a preset name or a mapping of Megatron-LM flag names")
 
 
-def _unmodelled(row: Mapping[str, Any], model: ModelSpec) -> list[str]:
-    """What the row asks for that the planner does not model yet."""
-    out = []
-    if row.get("cp", 1) > 1:
-        out.append(f"context parallelism (cp {row['cp']})")
-    if row.get("precision") == "fp8":
-        out.append("FP8")
-    first, last = row.get("decoder_first_pipeline_num_layers"), row.get("decoder_last_pipeline_num_layers")
-    if first is not None or last is not None:
-        out.append("uneven pipeline stages (decoder_first/last_pipeline_num_layers)")
-    if row.get("tp_comm_overlap"):
-        out.append("tensor-parallel communication overlap")
-    return out
-
-
 def read_row(row: Any, index: int, source: str) -> Row:
     """One row, checked: a fault a user can fix is one line naming the file and the row."""
     if not isinstance(row, Mapping):
@@ -178,18 +163,18 @@ def read_row(row: Any, index: int, source: str) -> Row:
                         f"{per_node}-device nodes")
     nodes = row["nodes"] if "nodes" in row else row["gpus"] // per_node
     tp, pp, mbs = row.get("tp", 1), row.get("pp", 1), row.get("mbs", 1)
-    stated = {"model": model.name, "system": system.name, "nodes": nodes, "tp": tp, "pp": pp, "vp": row.get("vp", 1), "mbs": mbs,
+    stated = {"model": model.name, "system": system.name, "nodes": nodes, "tp": tp, "pp": pp,
+              "cp": row.get("cp", 1), "vp": row.get("vp", 1), "mbs": mbs,
               "global_batch_size": row["global_batch_size"], "recompute": recompute,
               "distributed_optimizer": row.get("distributed_optimizer", False),
               "sequence_parallel": row.get("sequence_parallel", False)}
-    missing = _unmodelled(row, model)
-    if missing:
-        return Row(str(ident), None, "not modelled yet: " + "; ".join(missing), stated)
+    if row.get("tp_comm_overlap") and not row.get("sequence_parallel"):
+        raise SpecError(f"{where}: tp_comm_overlap needs sequence_parallel (Megatron-LM refuses it without)")
+    cp = row.get("cp", 1)
     world = nodes * per_node
-    replicas = tp * pp
-    if world % replicas:
-        return Row(str(ident), None, f"tp {tp} x pp {pp} does not divide the {world} devices", stated)
-    dp = world // replicas
+    if world % (tp * pp * cp):
+        return Row(str(ident), None, f"tp {tp} x cp {cp} x pp {pp} does not divide the {world} devices", stated)
+    dp = world // (tp * pp * cp)
     if row["global_batch_size"] % (dp * mbs):
         return Row(str(ident), None, f"the global batch {row['global_batch_size']} is not a multiple of "
                                      f"dp {dp} x mbs {mbs}", stated)
@@ -199,7 +184,10 @@ def read_row(row: Any, index: int, source: str) -> Row:
                   sequence_parallel=row.get("sequence_parallel", False),
                   flash_attention=row.get("flash_attention", True), precision=precision,
                   overlap_grad_reduce=row.get("overlap_grad_reduce", False),
-                  overlap_param_gather=row.get("overlap_param_gather", False))
+                  overlap_param_gather=row.get("overlap_param_gather", False), cp=cp,
+                  first_stage_layers=row.get("decoder_first_pipeline_num_layers"),
+                  last_stage_layers=row.get("decoder_last_pipeline_num_layers"),
+                  tp_comm_overlap=row.get("tp_comm_overlap", False))
     return Row(str(ident), Planned(model, system, c), stated=stated)
 
 

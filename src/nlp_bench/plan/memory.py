@@ -37,28 +37,34 @@ def transformer_parameters(model: ModelSpec) -> float:
 
 
 def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
-    """The first pipeline stage: its share of the layers plus the word embedding, split over tp. Where tp
-    exceeds the query groups, each rank keeps a whole key/value head (a copy) rather than 1/tp of them."""
+    """The most loaded pipeline stage, split over tp: its share of the layers, plus the word embedding on the
+    first stage and the output layer (untied) or the embedding's copy (tied) on the last. Where tp exceeds
+    the query groups, each rank keeps a whole key/value head (a copy) rather than 1/tp of them."""
     embedding = model.hidden_size * vocab_padded
-    kv = 2 * model.query_groups * model.head_dim * model.hidden_size * model.num_layers
+    kv = 2 * model.query_groups * model.head_dim * model.hidden_size
     copies = kv * (1 / model.query_groups - 1 / c.tp) if c.tp > model.query_groups else 0.0
-    shard = (transformer_parameters(model) / c.pp + embedding) / c.tp + copies / c.pp
-    if model.untie_embeddings and c.pp == 1:
-        shard += embedding / c.tp
-    return shard
+    per_layer = transformer_parameters(model) / model.num_layers / c.tp + copies
+    stages = c.stage_layers(model.num_layers)
+    if c.pp == 1:
+        return stages[0] * per_layer + embedding / c.tp * (2 if model.untie_embeddings else 1)
+    ends = [embedding / c.tp if i in (0, c.pp - 1) else 0.0 for i in range(c.pp)]
+    return max(n * per_layer + end for n, end in zip(stages, ends, strict=True))
 
 
 def bytes_per_parameter(c: Candidate) -> float:
     """Mixed precision: 16-bit weight, fp32 gradient, fp32 master and two fp32 moments (18 bytes), of which
-    the distributed optimizer keeps the last 12 once per data-parallel group; fp32 training has no master."""
+    the distributed optimizer keeps the last 12 once per group of ranks holding the same weights (dp x cp);
+    fp32 training has no master. FP8 keeps each weight's 8-bit copy beside the 16-bit one (Transformer
+    Engine caches it across micro-batches): one byte more."""
     if c.precision == "fp32":
-        return 16.0 if not c.distributed_optimizer else 8.0 + 8.0 / c.dp
-    return 18.0 if not c.distributed_optimizer else 6.0 + 12.0 / c.dp
+        return 16.0 if not c.distributed_optimizer else 8.0 + 8.0 / c.weight_replicas
+    fp8 = 1.0 if c.precision == "fp8" else 0.0
+    return fp8 + (18.0 if not c.distributed_optimizer else 6.0 + 12.0 / c.weight_replicas)
 
 
 def layer_activation_bytes(model: ModelSpec, c: Candidate) -> float:
-    """One layer, one micro-batch, on one device (16-bit)."""
-    s, b, h, a, t = model.seq_length, c.mbs, model.hidden_size, model.num_attention_heads, c.tp
+    """One layer, one micro-batch, on one device (16-bit); context parallelism splits the sequence."""
+    s, b, h, a, t = model.seq_length / c.cp, c.mbs, model.hidden_size, model.num_attention_heads, c.tp
     sbh = s * b * h
     if c.recompute == "full":
         return 2 * sbh / (t if c.sequence_parallel else 1)
@@ -76,17 +82,18 @@ def layer_activation_bytes(model: ModelSpec, c: Candidate) -> float:
 
 
 def activation_bytes(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
-    """The first pipeline stage's activations: L/pp layers for each of up to pp micro-batches in flight
-    (fewer when gas < pp; more, by Megatron's interleaving penalty, with vp > 1), the embedding's input
-    and dropout, and on a single stage the output layer and loss."""
-    s, b, h = model.seq_length, c.mbs, model.hidden_size
+    """The activations of the stage that holds most: stage k keeps its layers for each of up to pp - k
+    micro-batches in flight (fewer when gas is smaller; more, by Megatron's interleaving penalty, with
+    vp > 1), the first also the embedding's input and dropout, and a single stage the output layer and loss.
+    Context parallelism splits every sequence over cp ranks."""
+    s, b, h = model.seq_length / c.cp, c.mbs, model.hidden_size
     tp_part = layer_activation_bytes(model, c) * c.tp  # Megatron divides by tp at the end
-    memory = tp_part * model.num_layers
-    memory += 8 * s * b * c.pp + s * b * h * c.pp
+    stages = c.stage_layers(model.num_layers)
+    in_flight = [min(c.pp - k, c.gas) if c.vp == 1 else c.pp for k in range(c.pp)]
+    memory = max(tp_part * n * f + ((8 * s * b + s * b * h) * f if k == 0 else 0.0)
+                 for k, (n, f) in enumerate(zip(stages, in_flight, strict=True)))
     if c.vp > 1:
         memory *= 1 + (c.pp - 1) / (c.pp * c.vp)
-    elif c.pp > 1:
-        memory *= min(1.0, c.gas / c.pp)
     if c.pp == 1:
         memory += s * b * h * 4 * (1 + vocab_padded / h)
     factor = 2.0 if c.precision == "fp32" else 1.0

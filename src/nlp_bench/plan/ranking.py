@@ -45,7 +45,7 @@ class Prediction:
         def rounded(value: float | None, digits: int = 1) -> float | None:
             return None if value is None else round(value, digits)
 
-        return {"nodes": c.nodes, "tp": c.tp, "pp": c.pp, "dp": c.dp, "vp": c.vp, "mbs": c.mbs, "gas": c.gas,
+        return {"nodes": c.nodes, "tp": c.tp, "pp": c.pp, "cp": c.cp, "dp": c.dp, "vp": c.vp, "mbs": c.mbs, "gas": c.gas,
                 "global_batch_size": c.global_batch_size, "recompute": c.recompute,
                 "distributed_optimizer": c.distributed_optimizer, "sequence_parallel": c.sequence_parallel,
                 "memory_gib": rounded(self.memory_gib, 2), "fits": self.fits,

@@ -141,6 +141,13 @@ class Work:
     latency: float
     peak: float  # FLOP/s
     memory_bandwidth: float  # bytes/s
+    fp8_flops: float = 0.0  # of `flops`, what runs at the FP8 rate
+    fp8_peak: float = 0.0
+    cp_bytes: float = 0.0  # context parallelism's ring, per micro-batch, sent by each device
+    cp_steps: int = 0
+    cp_bandwidth: float = 1.0
+    cp_hidden_flops: float = 0.0  # the attention core it overlaps with
+    tp_overlap: bool = False
 
 
 def _within_node(system: System, devices: int) -> float:
@@ -159,45 +166,93 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     grad = 2 if c.precision == "fp16" else 4
     s, h = model.seq_length, model.hidden_size
 
-    per_micro_batch = hardware_flops(model, vocab_padded, c) / (c.world * c.gas)
-    if c.pp > 1:  # the last stage also runs the output layer, which the formula spreads over all stages
-        logits = 6.0 * c.mbs * s * h * vocab_padded * (4 / 3 if c.recompute == "full" else 1) / c.tp
-        per_micro_batch += logits * (1 - 1 / c.pp)
-    layers = model.num_layers / c.pp
+    full = 4 / 3 if c.recompute == "full" else 1.0
+    # one micro-batch on one device: the layers' share of each, and the output layer's (on the last stage)
+    logits = 6.0 * c.mbs * s * h * vocab_padded * full / (c.tp * c.cp)
+    all_layers = hardware_flops(model, vocab_padded, c) / (c.weight_replicas * c.gas * c.tp) - logits
+    per_layer = all_layers / model.num_layers
+    stages = c.stage_layers(model.num_layers)
+    # the stage the pipeline waits for: the most layers, the last stage counting the output layer
+    loads = [n * per_layer + (logits if k == c.pp - 1 else 0.0) for k, n in enumerate(stages)]
+    slowest = max(range(c.pp), key=loads.__getitem__)
+    per_micro_batch, layers = loads[slowest], stages[slowest]
+    linear_share = _linear_share(model) * (per_micro_batch - (logits if slowest == c.pp - 1 else 0.0))
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, replace(c, recompute="none"))
 
     collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0)
     tp_fraction, tp_steps = _ring_factor(c.tp, True)
+    tokens = c.mbs * s / c.cp  # one micro-batch's tokens on one rank of the cp group
 
     params = parameters_on_most_loaded_shard(model, vocab_padded, c)
+    replicas = c.weight_replicas
     if c.distributed_optimizer:
-        (reduce_fraction, reduce_steps), (gather_fraction, gather_steps) = (_ring_factor(c.dp, False),) * 2
+        (reduce_fraction, reduce_steps), (gather_fraction, gather_steps) = (_ring_factor(replicas, False),) * 2
     else:
-        (reduce_fraction, reduce_steps), gather_fraction, gather_steps = _ring_factor(c.dp, True), 0.0, 0
-    shard = params / (c.dp if c.distributed_optimizer else 1)
+        (reduce_fraction, reduce_steps), gather_fraction, gather_steps = _ring_factor(replicas, True), 0.0, 0
+    shard = params / (replicas if c.distributed_optimizer else 1)
     return Work(
-        flops=per_micro_batch, side=min(h / c.tp, c.mbs * s), elementwise_bytes=elementwise,
-        tp_bytes=layers * collectives * tp_fraction * c.mbs * s * h * act, tp_steps=int(layers * collectives * tp_steps),
+        flops=per_micro_batch, side=min(h / c.tp, tokens), elementwise_bytes=elementwise,
+        tp_bytes=layers * collectives * tp_fraction * tokens * h * act, tp_steps=int(layers * collectives * tp_steps),
         tp_bandwidth=_within_node(system, c.tp) if c.tp <= dpn else inter,
-        p2p_bytes=c.mbs * s * h * act / c.tp if c.pp > 1 else 0.0,
-        p2p_bandwidth=_within_node(system, 2) if c.tp * c.pp <= dpn else inter / min(dpn, c.tp),
+        p2p_bytes=tokens * h * act / c.tp if c.pp > 1 else 0.0,
+        p2p_bandwidth=_within_node(system, 2) if c.tp * c.cp * c.pp <= dpn else inter / min(dpn, c.tp * c.cp),
         reduce_bytes=reduce_fraction * params * grad, reduce_steps=reduce_steps,
         gather_bytes=gather_fraction * params * act, gather_steps=gather_steps,
-        dp_bandwidth=_within_node(system, c.dp) if c.world <= dpn else inter / dpn,
+        dp_bandwidth=_within_node(system, replicas) if c.world <= dpn else inter / dpn,
         # gradient read; fp32 master and two moments read and written; the 16-bit weights written
         optimizer_bytes=shard * (4 + 4 * 2 + 4 * 2 + 4 * 2) + params * act,
         slots=c.gas + (c.pp - 1) / c.vp, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
         overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
         latency=(system.link_latency_us or 0.0) * 1e-6, peak=system.peak_tflops * 1e12,
-        memory_bandwidth=system.memory_bandwidth_gbps * 1e9)
+        memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
+        fp8_flops=linear_share if c.precision == "fp8" else 0.0,
+        fp8_peak=_fp8_peak(system) if c.precision == "fp8" else 0.0,
+        **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
+        tp_overlap=c.tp_comm_overlap and c.sequence_parallel and c.tp > 1)
+
+
+def _linear_share(model: ModelSpec) -> float:
+    """The fraction of a layer's FLOPs in its linear layers (what FP8 recipes run in FP8; the attention
+    core stays in 16 bits): per token, 2·(qkv + output + MLP weights) against 4·s·h more for the core."""
+    h, s = model.hidden_size, model.seq_length
+    linear = model.layer_parameters(biases=False) - (2 if model.normalization == "LayerNorm" else 1) * 2 * h
+    return linear / (linear + s * h)  # the causal core: 2·s·h·2 FLOPs per token forward, half of it masked
+
+
+def _fp8_peak(system: System) -> float:
+    if system.peak_fp8_tflops is None:
+        raise NotPlannable(f"system {system.name!r} has no peak_fp8_tflops: the planner cannot time FP8 on it")
+    return system.peak_fp8_tflops * 1e12
+
+
+def _context_exchange(model: ModelSpec, c: Candidate, system: System, layers: int, act: int,
+                      core_flops: float) -> dict:
+    """Context parallelism's ring: each layer passes every rank's keys and values round the cp group (cp - 1
+    steps) in the forward, and keys, values and their gradients in the backward (three times the forward's
+    bytes in all); Megatron overlaps each step with the attention core on the chunk it holds."""
+    if c.cp == 1:
+        return {}
+    kv = 2 * model.query_groups * model.head_dim / min(c.tp, model.query_groups)
+    sent = layers * 3 * (c.cp - 1) * c.mbs * (model.seq_length / c.cp) * kv * act
+    inside = c.tp * c.cp <= c.devices_per_node
+    bandwidth = _within_node(system, c.cp) if inside else system.inter_node_gbps * 1e9 / c.devices_per_node
+    return {"cp_bytes": sent, "cp_steps": layers * 3 * (c.cp - 1), "cp_bandwidth": bandwidth,
+            "cp_hidden_flops": core_flops}
 
 
 def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     """The work at the efficiencies' rates."""
     memory_bw = w.memory_bandwidth * eff.memory
-    t_compute = w.flops / (w.peak * eff.gemm * w.side / (w.side + eff.gemm_half)) + w.elementwise_bytes / memory_bw
+    curve = eff.gemm * w.side / (w.side + eff.gemm_half)
+    t_gemm = (w.flops - w.fp8_flops) / (w.peak * curve) + (w.fp8_flops / (w.fp8_peak * curve) if w.fp8_flops else 0.0)
+    t_compute = t_gemm + w.elementwise_bytes / memory_bw
+    if w.cp_bytes:
+        t_ring = w.cp_bytes / (w.cp_bandwidth * eff.network) + w.cp_steps * w.latency
+        t_compute += max(0.0, t_ring - w.cp_hidden_flops / (w.peak * curve))
     t_tp = w.tp_bytes / (w.tp_bandwidth * eff.network) + w.tp_steps * w.latency
+    if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
+        t_tp = max(0.0, t_tp - t_gemm)
     t_p2p = 2 * (w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency) if w.p2p_bytes else 0.0
     dp_bw = w.dp_bandwidth * eff.network
     t_reduce = w.reduce_bytes / dp_bw + w.reduce_steps * w.latency

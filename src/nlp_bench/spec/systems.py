@@ -18,7 +18,7 @@ _KEYS = {
     "backend", "launcher", "executor", "max_nodes", "sbatch", "env_setup", "env", "master_addr_suffix",
     "master_port", "data_dir", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
     "sources", "compile_command", "compile_cache", "compile_iters", "trainer", "megatron_lm_repo", "megatron_lm_env",
-    "megatron_lm_train", "detected", "peak_precision",
+    "megatron_lm_train", "detected", "peak_precision", "peak_fp8_tflops",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
 
@@ -38,6 +38,7 @@ class System:
     device_memory_gib: float | None = None
     peak_tflops: float | None = None  # dense per device in peak_precision, for MFU
     peak_precision: str = "bf16"
+    peak_fp8_tflops: float | None = None  # dense FP8 per device, where the device has FP8 (the planner's fp8 GEMMs)
     # what the planner's time model needs (each figure's source in `sources`)
     intra_node_gbps: float | None = None  # GB/s one device sends to the others of its node (one direction)
     # GB/s between two devices wired directly to each other (one direction), where no switch joins the node's
@@ -167,7 +168,7 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         raise SpecError(f"{path}: peak_precision must be bf16, fp16, fp32 or fp8, got {data['peak_precision']!r}")
     if data["backend"] not in ("nccl", "gloo", "xla"):
         raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
-    for key in ("peak_tflops", "device_memory_gib", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps",
+    for key in ("peak_tflops", "peak_fp8_tflops", "device_memory_gib", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps",
                 "memory_bandwidth_gbps", "link_latency_us"):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0
