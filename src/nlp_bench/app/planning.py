@@ -18,7 +18,8 @@ JSON_KEYS = ("nodes", "tp", "pp", "cp", "dp", "vp", "mbs", "gas", "global_batch_
              "distributed_optimizer", "sequence_parallel", "memory_gib", "fits", "tokens_per_s", "tokens_per_s_low",
              "tokens_per_s_high", "time_to_report_s", "extrapolated", "outside_corpus", "reason", "calibrated")
 #: The keys of `bench plan validate --json` (README, "Planning").
-VALIDATE_KEYS = ("source", "model", "system", "nodes", "tp", "pp", "dp", "measured", "predicted", "error")
+VALIDATE_KEYS = ("id", "publication", "source", "model", "system", "nodes", "tp", "pp", "dp", "measured",
+                 "predicted", "error", "interval", "inside")
 
 
 def _progress(done: int, total: int) -> None:
@@ -27,12 +28,13 @@ def _progress(done: int, total: int) -> None:
     import sys
 
     if sys.stderr.isatty():
-        print(f"\rvalidating the planner on its {total}-row corpus (once per corpus and model version): "
+        print(f"\rvalidating the planner on its corpus, one publication held out at a time (once per corpus and "
+              f"model version): "
               f"{done + 1}/{total}", end="" if done + 1 < total else "\n", file=sys.stderr, flush=True)
 
 
 def trust(results_dir: Path) -> validation.Trust:
-    """The corpus fit and its leave-one-out errors (computed once, then read from the results folder)."""
+    """The corpus fit and its leave-one-source-out errors (computed once, then read from the results folder)."""
     try:
         return validation.trust(results_dir, _progress)
     except timing.NotPlannable as exc:
@@ -131,14 +133,18 @@ def target(results_dir: Path, benchmark: str, tag: str | None, system: str | Non
 
 
 def validate(results_dir: Path) -> dict:
-    """`bench plan validate`: each corpus row predicted by a fit on all the others."""
+    """`bench plan validate`: each publication's rows predicted by a fit on the other publications', and
+    checked against the interval the others' errors give."""
     basis = trust(results_dir)
-    rows = [{"id": c.id, "source": c.source, "model": c.model, "system": c.system, "nodes": c.nodes, "tp": c.tp,
-             "pp": c.pp, "dp": c.dp, "measured": round(c.measured, 1), "predicted": round(c.predicted, 1),
-             "error": round(c.error, 4)} for c in basis.checked]
-    return {"rows": rows, "median_abs_error": round(basis.median_abs_error, 4),
-            "max_abs_error": round(basis.max_abs_error, 4), "error_quantiles": [round(basis.error_low, 4),
-                                                                                round(basis.error_high, 4)],
+    rows = [{"id": c.id, "publication": c.publication, "source": c.source, "model": c.model, "system": c.system,
+             "nodes": c.nodes, "tp": c.tp, "pp": c.pp, "dp": c.dp, "measured": round(c.measured, 1),
+             "predicted": round(c.predicted, 1), "error": round(c.error, 4),
+             "interval": [round(c.others_low, 4), round(c.others_high, 4)], "inside": c.inside}
+            for c in basis.checked]
+    return {"held_out": "publication", "publications": basis.publications, "rows": rows,
+            "median_abs_error": round(basis.median_abs_error, 4), "max_abs_error": round(basis.max_abs_error, 4),
+            "coverage": round(basis.coverage, 4), "mean_interval_half_width": round(basis.mean_half_width, 4),
+            "error_quantiles": [round(basis.error_low, 4), round(basis.error_high, 4)],
             "efficiency": basis.efficiency.to_dict(), "pinned": basis.pinned}
 
 

@@ -155,7 +155,8 @@ def plan_calibrate(ctx: click.Context, runs: tuple[str, ...], benchmark_name: st
 @_JSON
 @click.pass_context
 def plan_validate(ctx: click.Context, as_json: bool) -> None:
-    """Leave-one-out over the published corpus: each row predicted by a fit on all the others."""
+    """Leave-one-source-out over the published corpus: each publication's rows predicted by a fit on the
+    others', and how often the intervals held."""
     from nlp_bench.app import planning
     from nlp_bench.fsio import dumps
     from nlp_bench.report.plan_text import render_validation

@@ -37,6 +37,8 @@ class CorpusRow:
     planned: Planned
     tokens_per_s: float
     assumed: str = ""
+    #: the publication (or measuring party) the row comes from: validation holds out whole publications
+    publication: str = ""
 
     @property
     def candidate(self) -> Candidate:
@@ -97,9 +99,12 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
         c = Candidate(nodes=layout["nodes"], devices_per_node=system.devices_per_node, tp=layout["tp"],
                       pp=layout["pp"], mbs=layout["mbs"], gas=layout["gas"],
                       **{**switches, "vp": layout.get("vp", switches["vp"])})
+        publication = row.get("publication")
+        if not isinstance(publication, str) or not publication.strip():
+            raise PlanError(f"{where}: publication is required (validation holds out whole publications)")
         out.append(CorpusRow(str(row.get("id", i + 1)), str(row["source"]).strip(),
                              Planned(model, system, c), _tokens_per_s(row, model, c, where),
-                             str(row.get("assumed", ""))))
+                             str(row.get("assumed", "")), publication.strip()))
     if not out:
         raise PlanError(f"{path}: the corpus has no rows")
     return out

@@ -1,9 +1,14 @@
-"""How far to trust the planner: its constants fitted on the published corpus, its errors measured by
-leave-one-out on rows it was not fitted on, and the ranges the corpus covers.
+"""How far to trust the planner: its constants fitted on the published corpus, its errors measured on whole
+publications it was not fitted on (leave-one-source-out: rows of one source share a machine, a software
+stack and a way of measuring, so a row's neighbours would predict it too well), and the ranges the corpus
+covers.
 
-Leave-one-out refits the model once per row, which takes seconds; the result depends only on the corpus
-file, the system profiles and the model's code, so it is kept (results/plan/corpus-validation.json, keyed
-by a digest of them) and recomputed only when one changes.
+The interval a prediction carries spans the 5th to 95th percentile of those held-out errors. Its coverage is
+checked the same way: each publication's rows against the interval the other publications' errors give.
+
+Each held-out source refits the model, which takes seconds; the result depends only on the corpus file,
+the system profiles and the model's code, so it is kept (results/plan/corpus-validation.json, keyed by a
+digest of them) and recomputed only when one changes.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +29,7 @@ from nlp_bench.plan.corpus import CorpusRow, Ranges, corpus_path, load_corpus, r
 from nlp_bench.spec.models import pad_vocab
 from nlp_bench.spec.systems import systems_dir
 
-#: An interval spans the leave-one-out errors from the first to the last of this many quantiles
+#: An interval spans the held-out errors from the first to the last of this many quantiles
 #: (20: the 5th to the 95th percentile).
 QUANTILE_STEPS = 20
 _CACHE = "corpus-validation.json"
@@ -51,7 +57,7 @@ def fit_rows(rows: list[CorpusRow]) -> calibrate.Fit:
 
 @dataclass(frozen=True)
 class HeldOutRow:
-    """One row predicted by a fit on all the others."""
+    """One row predicted by a fit on the other publications' rows."""
 
     id: str
     source: str
@@ -63,10 +69,26 @@ class HeldOutRow:
     dp: int
     measured: float
     predicted: float
+    publication: str = ""
+    #: the held-out error quantiles of the other publications: the interval this row is checked against
+    others_low: float = 0.0
+    others_high: float = 0.0
 
     @property
     def error(self) -> float:
         return self.predicted / self.measured - 1
+
+    @property
+    def inside(self) -> bool:
+        """Whether the measured value lies in the interval the other publications' errors give."""
+        return self.others_low <= self.error <= self.others_high
+
+
+def _quantiles(errors: list[float]) -> tuple[float, float]:
+    if len(errors) < 2:
+        return (errors[0], errors[0]) if errors else (0.0, 0.0)
+    cuts = statistics.quantiles(errors, n=QUANTILE_STEPS, method="inclusive")
+    return cuts[0], cuts[-1]
 
 
 @dataclass(frozen=True)
@@ -75,7 +97,7 @@ class Trust:
 
     efficiency: timing.Efficiency
     pinned: list[str]
-    error_low: float  # leave-one-out error quantiles (predicted/measured - 1)
+    error_low: float  # held-out error quantiles (predicted/measured - 1)
     error_high: float
     ranges: Ranges
     checked: list[HeldOutRow]
@@ -88,20 +110,45 @@ class Trust:
     def max_abs_error(self) -> float:
         return max(abs(c.error) for c in self.checked)
 
+    @property
+    def coverage(self) -> float:
+        """The share of held-out rows inside the interval the other publications' errors give them."""
+        return sum(c.inside for c in self.checked) / len(self.checked)
+
+    @property
+    def mean_half_width(self) -> float:
+        """The intervals' mean half-width, as a fraction of the prediction."""
+        return statistics.mean((1 / (1 + c.others_low) - 1 / (1 + c.others_high)) / 2 for c in self.checked)
+
+    @property
+    def publications(self) -> int:
+        return len({c.publication for c in self.checked})
+
     def interval(self, tokens_per_s: float) -> tuple[float, float]:
         """Where the measured tokens/s lies, from the predicted, if the model errs as it did on the corpus."""
         return tokens_per_s / (1 + self.error_high), tokens_per_s / (1 + self.error_low)
 
 
-def leave_one_out(rows: list[CorpusRow], progress: Callable[[int, int], None] | None = None) -> list[HeldOutRow]:
-    out = []
-    for i, row in enumerate(rows):
+def leave_one_source_out(rows: list[CorpusRow],
+                         progress: Callable[[int, int], None] | None = None) -> list[HeldOutRow]:
+    """Each publication's rows predicted by a fit on the others', each checked against the interval the
+    others' held-out errors give."""
+    publications = list(dict.fromkeys(r.publication for r in rows))
+    if len(publications) < 2:
+        raise PlanError("the planner corpus needs rows from two publications at least to hold one out")
+    predicted: list[tuple[CorpusRow, float]] = []
+    for i, name in enumerate(publications):
         if progress:
-            progress(i, len(rows))
-        held_out = fit_rows(rows[:i] + rows[i + 1:])
+            progress(i, len(publications))
+        held_out = fit_rows([r for r in rows if r.publication != name])
+        predicted += [(r, predict_row(r, held_out.efficiency)) for r in rows if r.publication == name]
+    out = []
+    for row, value in predicted:
+        others = [v / r.tokens_per_s - 1 for r, v in predicted if r.publication != row.publication]
+        low, high = _quantiles(others)
         c = row.candidate
-        out.append(HeldOutRow(row.id, row.source, row.planned.model.name, row.planned.system.name, c.nodes, c.tp, c.pp,
-                           c.dp, row.tokens_per_s, predict_row(row, held_out.efficiency)))
+        out.append(HeldOutRow(row.id, row.source, row.planned.model.name, row.planned.system.name, c.nodes, c.tp,
+                              c.pp, c.dp, row.tokens_per_s, value, row.publication, low, high))
     return out
 
 
@@ -109,7 +156,7 @@ def _digest(path: Path) -> str:
     """The corpus, the system profiles its rows name and the code: a change to any would change the
     validation (every profile is read: cheaper than parsing the corpus to pick its few)."""
     h = hashlib.sha256(path.read_bytes())
-    for module in (timing, memory, calibrate):
+    for module in (timing, memory, calibrate, sys.modules[__name__]):
         h.update(Path(module.__file__).read_bytes())
     for profile in sorted(systems_dir().glob("*.yaml")):
         h.update(profile.name.encode() + b"\0" + profile.read_bytes())
@@ -139,9 +186,9 @@ def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None 
     else:
         whole = fit_rows(rows)
         eff, pinned = whole.efficiency, whole.pinned
-        checked = leave_one_out(rows, progress)
-    cuts = statistics.quantiles([c.error for c in checked], n=QUANTILE_STEPS, method="inclusive")
-    result = Trust(eff, pinned, cuts[0], cuts[-1], ranges(rows), checked)
+        checked = leave_one_source_out(rows, progress)
+    low, high = _quantiles([c.error for c in checked])
+    result = Trust(eff, pinned, low, high, ranges(rows), checked)
     if cache is not None and stored.get("digest") != key:
         _store(cache, key, result)
     _MEMO[key] = result

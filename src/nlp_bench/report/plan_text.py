@@ -29,7 +29,7 @@ def _row(p) -> list:
 
 def _legend(shown: list, width: int | None) -> str:
     out = wrap("interval: where the measured tokens/s lies if the planner errs as it did on its published corpus "
-               "(5th-95th percentile of the leave-one-out errors, `bench plan validate`)", width) + "\n"
+               "(5th-95th percentile of the leave-one-source-out errors, `bench plan validate`)", width) + "\n"
     far = next((p for p in shown if p.extrapolated), None)
     if far is not None:
         out += wrap(f"EXTRAPOLATED: outside the corpus ({'; '.join(far.outside)}): trust the interval less", width) + "\n"
@@ -112,15 +112,21 @@ def render_calibration(fits: dict) -> str:
 
 
 def render_validation(found: dict) -> str:
-    """`bench plan validate`: each row, then the median and largest absolute error."""
-    rows = [[r["id"], r["model"], r["system"], r["nodes"], r["tp"], r["pp"], r["dp"], f"{r['measured']:,.0f}",
-             f"{r['predicted']:,.0f}", f"{100 * r['error']:+.1f}%"] for r in found["rows"]]
-    out = ["leave-one-out over the planner's corpus (results/reference/planner-corpus.yaml): each row predicted "
-           "by a fit on all the others\n",
-           tabulate(rows, headers=["row", "model", "system", "nodes", "tp", "pp", "dp", "measured tokens/s",
-                                   "predicted", "error"], disable_numparse=True) + "\n",
+    """`bench plan validate`: each row, held out with its publication; then the errors and how often the
+    intervals held."""
+    rows = [[r["id"], r["publication"], r["model"], r["system"], r["nodes"], r["tp"], r["pp"], r["dp"],
+             f"{r['measured']:,.0f}", f"{r['predicted']:,.0f}", f"{100 * r['error']:+.1f}%",
+             f"{100 * r['interval'][0]:+.0f}..{100 * r['interval'][1]:+.0f}%", "yes" if r["inside"] else "NO"]
+            for r in found["rows"]]
+    out = ["leave-one-source-out over the planner's corpus (results/reference/planner-corpus.yaml): each "
+           "publication's rows predicted by a fit on the other publications\n",
+           tabulate(rows, headers=["row", "publication", "model", "system", "nodes", "tp", "pp", "dp",
+                                   "measured tokens/s", "predicted", "error", "others' interval", "inside"],
+                    disable_numparse=True) + "\n",
            f"median absolute error {100 * found['median_abs_error']:.1f}%, "
-           f"largest {100 * found['max_abs_error']:.1f}% ({len(rows)} rows)\n"]
+           f"largest {100 * found['max_abs_error']:.1f}% ({len(rows)} rows, {found['publications']} publications)\n",
+           f"inside the interval the other publications' errors give: {100 * found['coverage']:.0f}% of rows; "
+           f"mean half-width ±{100 * found['mean_interval_half_width']:.1f}%\n"]
     eff = found["efficiency"]
     out.append(f"fit on all rows: GEMM efficiency {eff['gemm']:.3f} (half size {eff['gemm_half']:.0f}), "
                f"network {eff['network']:.3f}, memory {eff['memory']:.3f}\n")
