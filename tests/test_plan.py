@@ -82,10 +82,12 @@ def test_calibrated_on_the_two_reference_rows_the_planner_predicts_both(tmp_path
     # physical efficiencies only: none above 1
     assert 0 < result.efficiency.gemm <= 1 and 0 < result.efficiency.network <= 1 and 0 < result.efficiency.memory <= 1
     # issue 16 asks for 5%; the two rows pin no GEMM curve (the 13B's wider GEMMs ran slower per FLOP than
-    # the 175B's), so the fit says its curve is flat
+    # the 175B's), so the fit says its curve is flat and frees the network efficiency in its place (kept at
+    # the corpus fit's, the 13B row came out 5.9% fast once the corpus held 50 rows)
     for label, predicted, measured in checks:
         assert predicted == pytest.approx(measured, rel=0.05), label
-    assert [line.split(":")[0] for line in result.pinned] == ["gemm_half = 8"]
+    assert result.pinned[0].split(":")[0] == "gemm_half = 8" and "network" in result.free
+    assert all(line.split(":")[0] in ("gemm_half = 8", "network = 1") for line in result.pinned)
     # the stored fit is what later plans use: the tags' own layouts come back at the measured speed
     for tag, measured in (("13", 60777.68), ("175", 36055.39)):
         out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", tag, "--json",

@@ -61,11 +61,16 @@ def test_leave_one_source_out_errors(trust, rows):
     assert len(trust.checked) == len(rows)
     errors = [abs(c.error) for c in trust.checked]
     assert trust.median_abs_error == statistics.median(errors)
-    # measured on whole held-out publications (2026-11-26, 5 publications: median 3.8%, largest 13.2%)
-    assert trust.median_abs_error <= 0.05
-    assert trust.max_abs_error <= 0.15
+    # Measured on whole held-out publications, fitted only on rows that state every input (2026-11-26: 50 rows
+    # of 10 publications, median 10.9%, largest 57.8%, 78% inside the others' intervals, mean half-width
+    # ±22.1%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep a change from making it worse.
+    assert trust.median_abs_error <= 0.12
+    assert trust.max_abs_error <= 0.60
+    assert trust.coverage >= 0.75
     assert trust.error_low < 0 < trust.error_high
-    assert trust.publications == len({r.publication for r in rows}) >= 5
+    assert trust.publications == len({r.publication for r in rows}) >= 10
+    # the fit never sees a row with an assumed input
+    assert len(rows) >= 40 and any(not r.fitted for r in rows) and any(r.fitted for r in rows)
 
 
 def test_a_held_out_publication_is_predicted_by_a_fit_that_never_saw_it(rows, monkeypatch):
@@ -76,13 +81,17 @@ def test_a_held_out_publication_is_predicted_by_a_fit_that_never_saw_it(rows, mo
     real = validation.fit_rows
 
     def recording(subset):
-        fitted_on.append({r.publication for r in subset})
+        fitted_on.append(subset)
         return real(subset)
 
     monkeypatch.setattr(validation, "fit_rows", recording)
     checked = validation.leave_one_source_out(rows)
     names = {r.publication for r in rows}
-    assert len(fitted_on) == len(names) and all(len(names - seen) == 1 for seen in fitted_on)
+    fitted_names = {r.publication for r in rows if r.fitted}
+    assert len(fitted_on) == len(names)
+    for subset, held_out in zip(fitted_on, dict.fromkeys(r.publication for r in rows), strict=True):
+        assert all(r.fitted and r.publication != held_out for r in subset)
+        assert {r.publication for r in subset} == fitted_names - {held_out}
     for held in checked:
         others = [c.error for c in checked if c.publication != held.publication]
         assert (held.others_low, held.others_high) == validation._quantiles(others)
@@ -102,7 +111,7 @@ def test_every_corpus_row_names_its_publication(tmp_path):
 def test_every_fitted_efficiency_is_at_most_one_and_a_pinned_one_names_its_term(trust):
     eff = trust.efficiency
     assert 0 < eff.gemm <= 1 and 0 < eff.network <= 1 and 0 < eff.memory <= 1
-    assert all(" = 1: " in line for line in trust.pinned)
+    assert all(" = 1: " in line or line.startswith("gemm_half = 8: ") for line in trust.pinned)
     # rows faster than the peak allows: the fit stops at 1 and says compute is what it cannot explain
     c = Candidate(1, 8, 8, 1, 1, 1)
     m, system = get_model("gpt-13b"), load_system("selene")
@@ -144,9 +153,9 @@ def test_predictions_carry_an_interval_and_say_when_they_extrapolate(tmp_path):
     row = next(r for r in rows if r["fits"])
     assert row["tokens_per_s_low"] < row["tokens_per_s"] < row["tokens_per_s_high"]
     assert row["extrapolated"] is False and row["outside_corpus"] == []
-    far = json.loads(runner.invoke(cli, [*argv, "--nodes", "768"]).output)
-    assert far[0]["extrapolated"] is True and "nodes 768 outside 1..384" in far[0]["outside_corpus"]
-    table = runner.invoke(cli, argv[:-1] + ["--nodes", "768"]).output
+    far = json.loads(runner.invoke(cli, [*argv, "--nodes", "4096", "--gas", "1"]).output)
+    assert far[0]["extrapolated"] is True and "devices 16384 outside 8..12288" in far[0]["outside_corpus"]
+    table = runner.invoke(cli, argv[:-1] + ["--nodes", "4096", "--gas", "1"]).output
     assert "EXTRAPOLATED" in table and "interval" in table
 
 

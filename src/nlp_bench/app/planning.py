@@ -208,8 +208,7 @@ def fit_points(results_dir: Path, found: list[tuple[points.Planned, float, str]]
             return [ranking.predict(p.model, p.system, p.candidate, eff).tokens_per_s
                     for p, _, _ in items]
         try:
-            result = calibrate.fit(predict, [m for _, m, _ in items], [label for *_, label in items],
-                                   free=calibrate.system_free(len(items)), start=start)
+            result = calibrate.fit_system(predict, [m for _, m, _ in items], [label for *_, label in items], start)
         except timing.NotPlannable as exc:
             raise PlanError(str(exc)) from None
         checks = [(label, pred, meas) for (_, meas, label), pred in zip(items, predict(result.efficiency), strict=False)]

@@ -98,6 +98,29 @@ def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], lab
     return Fit(eff, math.sqrt(value / len(measured)), max(abs(e) for e in errors), labels, pinned, tuple(free))
 
 
+def _on_bound(eff: Efficiency, key: str) -> bool:
+    lo, hi = BOUNDS[key]
+    value = getattr(eff, key)
+    return value <= lo * (1 + 1e-6) or value >= hi * (1 - 1e-6)
+
+
+def fit_system(predict: Callable[[Efficiency], list[float]], measured: list[float], labels: list[str],
+               start: Efficiency) -> Fit:
+    """A system's refit on its own runs: one constant per run (at most three, in SYSTEM_FREE's order). A
+    constant that ends on its bound explains nothing more, so it is kept there and the next one is freed in
+    its place, once, where that fits the runs better."""
+    free = list(system_free(len(measured)))
+    best = fit(predict, measured, labels, free=tuple(free), start=start)
+    spare = [k for k in SYSTEM_FREE if k not in free]
+    stuck = [k for k in free if _on_bound(best.efficiency, k)]
+    if spare and stuck:
+        free[free.index(stuck[0])] = spare[0]
+        trial = fit(predict, measured, labels, free=tuple(free), start=best.efficiency)
+        if trial.rms_log_error < best.rms_log_error:
+            best = replace(trial, pinned=[*best.pinned, *(p for p in trial.pinned if p not in best.pinned)])
+    return best
+
+
 def _store(results_dir: Path) -> Path:
     return Path(results_dir) / "plan" / "calibration.json"
 

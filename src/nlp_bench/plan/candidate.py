@@ -40,18 +40,20 @@ class Candidate(Layout):
         optimizer shards its states (Megatron's data-parallel group with context parallelism)."""
         return self.dp * self.cp
 
-    def stage_layers(self, num_layers: int) -> tuple[float, ...]:
-        """The transformer layers of each pipeline stage: the first and last as given, the rest split evenly
-        over the stages between (Megatron's uneven pipeline); without them L/pp each (a published layout
-        whose pp does not divide L, as Megatron-DeepSpeed ran BLOOM, counts the average stage)."""
-        if self.first_stage_layers is None and self.last_stage_layers is None:
-            return (num_layers / self.pp,) * self.pp
+    def stage_layers(self, num_layers: int) -> tuple[float, float, float]:
+        """The transformer layers of the first, each middle and the last pipeline stage: the first and last
+        as given, the rest split evenly over the stages between (Megatron's uneven pipeline); without them
+        L/pp each (a published layout whose pp does not divide L, as Megatron-DeepSpeed ran BLOOM, counts
+        the average stage). With one stage, all three are that stage."""
+        if self.first_stage_layers is None and self.last_stage_layers is None or self.pp == 1:
+            even = num_layers / self.pp
+            return even, even, even
         given = [n for n in (self.first_stage_layers, self.last_stage_layers) if n is not None]
-        rest, others = num_layers - sum(given), self.pp - len(given)
-        middle = rest // others if others else 0
+        others = self.pp - len(given)
+        middle = (num_layers - sum(given)) / others if others else 0.0
         first = self.first_stage_layers if self.first_stage_layers is not None else middle
         last = self.last_stage_layers if self.last_stage_layers is not None else middle
-        return (first, *(middle,) * (self.pp - 2), last) if self.pp > 1 else (first,)
+        return first, middle, last
 
     def problems(self, model: ModelSpec) -> list[str]:
         """Why this layout cannot run the model (the spec's rules, interleaving's, context parallelism's and

@@ -24,7 +24,7 @@ from nlp_bench.spec.yamlio import load_yaml
 CORPUS_FILE = "planner-corpus.yaml"
 _SWITCHES = ("vp", "recompute", "precision", "sequence_parallel", "distributed_optimizer", "flash_attention",
              "overlap_grad_reduce", "overlap_param_gather")
-_MEASURES = ("iteration_s", "tokens_per_s", "tflops_per_gpu")
+_MEASURES = ("iteration_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu")
 _CONVENTIONS = {"narayanan"}  # 96·B·s·L·h²(1 + s/6h + V/16Lh): flops.jupiter_flops with recompute
 
 
@@ -43,6 +43,12 @@ class CorpusRow:
     @property
     def candidate(self) -> Candidate:
         return self.planned.candidate
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the time model's constants are fitted on this row: only where the source states every
+        input; a row with an `assumed` input is predicted and checked, never fitted on."""
+        return not self.assumed
 
 
 def corpus_path() -> Path:
@@ -73,6 +79,8 @@ def _tokens_per_s(row: dict[str, Any], model: ModelSpec, c: Candidate, where: st
     tokens = c.global_batch_size * model.seq_length
     if given[0] == "tokens_per_s":
         return value
+    if given[0] == "samples_per_s":
+        return value * model.seq_length
     if given[0] == "iteration_s":
         return tokens / value
     if row.get("flops") not in _CONVENTIONS:
@@ -114,13 +122,13 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
 class Ranges:
     """What the corpus covers: a prediction outside these is an extrapolation."""
 
-    nodes: tuple[int, int]
+    devices: tuple[int, int]  # the scale: devices of the whole run (nodes differ in size between systems)
     billions: tuple[float, float]
     tp: tuple[int, int]
     pp: tuple[int, int]
     seq_length: tuple[int, int]
     vocab: tuple[int, int]
-    devices: frozenset[str]
+    device_names: frozenset[str]
     precisions: frozenset[str]
     #: whether any corpus model has fewer key/value heads than query heads
     grouped_query: bool
@@ -130,13 +138,13 @@ class Ranges:
         precision and attention the corpus fitted on; empty when it is inside."""
         billions = model.parameters(vocab_padded) / 1e9
         out = []
-        for name, value, (lo, hi) in (("nodes", c.nodes, self.nodes), ("model size (B)", billions, self.billions),
+        for name, value, (lo, hi) in (("devices", c.world, self.devices), ("model size (B)", billions, self.billions),
                                       ("tp", c.tp, self.tp), ("pp", c.pp, self.pp),
                                       ("sequence", model.seq_length, self.seq_length),
                                       ("vocabulary", model.vocab_size, self.vocab)):
             if not lo <= value <= hi:
                 out.append(f"{name} {value:g} outside {lo:g}..{hi:g}")
-        for name, value, seen in (("device", system.device_name, self.devices),
+        for name, value, seen in (("device", system.device_name, self.device_names),
                                   ("precision", c.precision, self.precisions)):
             if value not in seen:
                 out.append(f"{name} {value} not in the corpus ({', '.join(sorted(seen))})")
@@ -152,7 +160,7 @@ def ranges(rows: list[CorpusRow]) -> Ranges:
         return min(values), max(values)
 
     models = [r.planned.model for r in rows]
-    return Ranges(span(r.candidate.nodes for r in rows),
+    return Ranges(span(r.candidate.world for r in rows),
                   span(round(m.parameters(m.vocab_size) / 1e9, 1) for m in models),
                   span(r.candidate.tp for r in rows), span(r.candidate.pp for r in rows),
                   span(m.seq_length for m in models), span(m.vocab_size for m in models),

@@ -44,11 +44,11 @@ def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Cand
     kv = 2 * model.query_groups * model.head_dim * model.hidden_size
     copies = kv * (1 / model.query_groups - 1 / c.tp) if c.tp > model.query_groups else 0.0
     per_layer = transformer_parameters(model) / model.num_layers / c.tp + copies
-    stages = c.stage_layers(model.num_layers)
+    first, middle, last = c.stage_layers(model.num_layers)
     if c.pp == 1:
-        return stages[0] * per_layer + embedding / c.tp * (2 if model.untie_embeddings else 1)
-    ends = [embedding / c.tp if i in (0, c.pp - 1) else 0.0 for i in range(c.pp)]
-    return max(n * per_layer + end for n, end in zip(stages, ends, strict=True))
+        return first * per_layer + embedding / c.tp * (2 if model.untie_embeddings else 1)
+    ends = embedding / c.tp
+    return max(first * per_layer + ends, last * per_layer + ends, middle * per_layer if c.pp > 2 else 0.0)
 
 
 def bytes_per_parameter(c: Candidate) -> float:
@@ -62,11 +62,13 @@ def bytes_per_parameter(c: Candidate) -> float:
     return fp8 + (18.0 if not c.distributed_optimizer else 6.0 + 12.0 / c.weight_replicas)
 
 
-def layer_activation_bytes(model: ModelSpec, c: Candidate) -> float:
-    """One layer, one micro-batch, on one device (16-bit); context parallelism splits the sequence."""
+def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None = None) -> float:
+    """One layer, one micro-batch, on one device (16-bit), with the candidate's recompute or `recompute`;
+    context parallelism splits the sequence."""
     s, b, h, a, t = model.seq_length / c.cp, c.mbs, model.hidden_size, model.num_attention_heads, c.tp
+    recompute = recompute or c.recompute
     sbh = s * b * h
-    if c.recompute == "full":
+    if recompute == "full":
         return 2 * sbh / (t if c.sequence_parallel else 1)
     # the tensor-parallel part: queries and the output projection's input (2 + 2), the MLP's first output (2,
     # or 4 with SwiGLU's gate, times ffn/h) and its activation's output (2 ffn/h), and the keys and values of
@@ -76,7 +78,7 @@ def layer_activation_bytes(model: ModelSpec, c: Candidate) -> float:
     kv = 4 * model.query_groups / model.num_attention_heads * sbh / min(t, model.query_groups)
     per_layer = (10 + split) * sbh / t if c.sequence_parallel else (10 + split / t) * sbh
     per_layer += kv
-    if c.recompute == "none" and not c.flash_attention:
+    if recompute == "none" and not c.flash_attention:
         per_layer += 5 * a * s * s * b / t
     return per_layer
 
@@ -88,10 +90,17 @@ def activation_bytes(model: ModelSpec, vocab_padded: int, c: Candidate) -> float
     Context parallelism splits every sequence over cp ranks."""
     s, b, h = model.seq_length / c.cp, c.mbs, model.hidden_size
     tp_part = layer_activation_bytes(model, c) * c.tp  # Megatron divides by tp at the end
-    stages = c.stage_layers(model.num_layers)
-    in_flight = [min(c.pp - k, c.gas) if c.vp == 1 else c.pp for k in range(c.pp)]
-    memory = max(tp_part * n * f + ((8 * s * b + s * b * h) * f if k == 0 else 0.0)
-                 for k, (n, f) in enumerate(zip(stages, in_flight, strict=True)))
+    first, middle, last = c.stage_layers(model.num_layers)
+
+    def in_flight(k: int) -> int:
+        return min(c.pp - k, c.gas) if c.vp == 1 else c.pp
+
+    # the first stage, the first of the middle ones (the most in flight among equals) and the last
+    memory = (tp_part * first + 8 * s * b + s * b * h) * in_flight(0)
+    if c.pp > 2:
+        memory = max(memory, tp_part * middle * in_flight(1))
+    if c.pp > 1:
+        memory = max(memory, tp_part * last * in_flight(c.pp - 1))
     if c.vp > 1:
         memory *= 1 + (c.pp - 1) / (c.pp * c.vp)
     if c.pp == 1:

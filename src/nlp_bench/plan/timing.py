@@ -47,7 +47,7 @@ GEMM constants (plan.calibrate); every fitted efficiency lies in (0, 1].
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from nlp_bench import flops
 from nlp_bench.plan.candidate import Candidate
@@ -171,14 +171,16 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     logits = 6.0 * c.mbs * s * h * vocab_padded * full / (c.tp * c.cp)
     all_layers = hardware_flops(model, vocab_padded, c) / (c.weight_replicas * c.gas * c.tp) - logits
     per_layer = all_layers / model.num_layers
-    stages = c.stage_layers(model.num_layers)
+    first, middle, last = c.stage_layers(model.num_layers)
     # the stage the pipeline waits for: the most layers, the last stage counting the output layer
-    loads = [n * per_layer + (logits if k == c.pp - 1 else 0.0) for k, n in enumerate(stages)]
-    slowest = max(range(c.pp), key=loads.__getitem__)
-    per_micro_batch, layers = loads[slowest], stages[slowest]
-    linear_share = _linear_share(model) * (per_micro_batch - (logits if slowest == c.pp - 1 else 0.0))
+    layers = max(first, middle if c.pp > 2 else 0.0)
+    if last * per_layer + logits >= layers * per_layer:
+        layers, per_micro_batch = last, last * per_layer + logits
+    else:
+        per_micro_batch = layers * per_layer
+    linear_share = _linear_share(model) * layers * per_layer
     passes = 4 if c.recompute == "full" else 3
-    elementwise = layers * passes * layer_activation_bytes(model, replace(c, recompute="none"))
+    elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
 
     collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0)
     tp_fraction, tp_steps = _ring_factor(c.tp, True)

@@ -140,7 +140,11 @@ def leave_one_source_out(rows: list[CorpusRow],
     for i, name in enumerate(publications):
         if progress:
             progress(i, len(publications))
-        held_out = fit_rows([r for r in rows if r.publication != name])
+        basis = [r for r in rows if r.publication != name and r.fitted]
+        if not basis:
+            raise PlanError(f"the planner corpus has no row that states every input outside {name}: nothing "
+                            "to fit on while it is held out")
+        held_out = fit_rows(basis)
         predicted += [(r, predict_row(r, held_out.efficiency)) for r in rows if r.publication == name]
     out = []
     for row, value in predicted:
@@ -184,7 +188,7 @@ def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None 
         eff, pinned = timing.Efficiency(**stored["efficiency"]), stored["pinned"]
         checked = [HeldOutRow(**c) for c in stored["checked"]]
     else:
-        whole = fit_rows(rows)
+        whole = fit_rows([r for r in rows if r.fitted])
         eff, pinned = whole.efficiency, whole.pinned
         checked = leave_one_source_out(rows, progress)
     low, high = _quantiles([c.error for c in checked])
