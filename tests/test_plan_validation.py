@@ -128,6 +128,8 @@ def test_validate_json_is_the_documented_contract(tmp_path):
     assert {"rows", "median_abs_error", "max_abs_error", "coverage", "mean_interval_half_width",
             "publications", "held_out"} <= set(found)
     assert found["coverage"] == pytest.approx(sum(r["inside"] for r in found["rows"]) / len(found["rows"]), abs=1e-4)
+    # every published run ran, so the memory model must let each fit (issue 34: 50 of 50)
+    assert found["ran_predicted_to_fit"] == [len(found["rows"]), len(found["rows"])]
     assert all(set(planning.VALIDATE_KEYS) <= set(r) for r in found["rows"])
     assert found["max_abs_error"] == max(abs(r["error"]) for r in found["rows"])
     # kept: the second call reads the stored validation

@@ -141,11 +141,28 @@ def validate(results_dir: Path) -> dict:
              "predicted": round(c.predicted, 1), "error": round(c.error, 4),
              "interval": [round(c.others_low, 4), round(c.others_high, 4)], "inside": c.inside}
             for c in basis.checked]
+    ran, fit = memory_check()
     return {"held_out": "publication", "publications": basis.publications, "rows": rows,
+            "ran_predicted_to_fit": [fit, ran],
             "median_abs_error": round(basis.median_abs_error, 4), "max_abs_error": round(basis.max_abs_error, 4),
             "coverage": round(basis.coverage, 4), "mean_interval_half_width": round(basis.mean_half_width, 4),
             "error_quantiles": [round(basis.error_low, 4), round(basis.error_high, 4)],
             "efficiency": basis.efficiency.to_dict(), "pinned": basis.pinned}
+
+
+def memory_check() -> tuple[int, int]:
+    """(corpus rows, of which the memory model predicts to fit): every published row ran, so each should."""
+    from nlp_bench.plan import memory
+    from nlp_bench.plan.corpus import load_corpus
+    from nlp_bench.spec.models import pad_vocab
+
+    rows = load_corpus()
+    fit = 0
+    for row in rows:
+        p = row.planned
+        gib = memory.estimate(p.model, pad_vocab(p.model.vocab_size, p.candidate.tp), p.candidate).gib
+        fit += p.system.device_memory_gib is None or gib <= p.system.device_memory_gib
+    return len(rows), fit
 
 
 def _reference_points(benchmark: str) -> list[tuple[points.Planned, float, str]]:

@@ -126,7 +126,9 @@ def render_validation(found: dict) -> str:
            f"median absolute error {100 * found['median_abs_error']:.1f}%, "
            f"largest {100 * found['max_abs_error']:.1f}% ({len(rows)} rows, {found['publications']} publications)\n",
            f"inside the interval the other publications' errors give: {100 * found['coverage']:.0f}% of rows; "
-           f"mean half-width ±{100 * found['mean_interval_half_width']:.1f}%\n"]
+           f"mean half-width ±{100 * found['mean_interval_half_width']:.1f}%\n",
+           f"memory: {found['ran_predicted_to_fit'][0]} of the {found['ran_predicted_to_fit'][1]} published runs "
+           "predicted to fit in their devices' memory (the corpus holds no published out-of-memory layout yet)\n"]
     eff = found["efficiency"]
     out.append(f"fit on all rows: GEMM efficiency {eff['gemm']:.3f} (half size {eff['gemm_half']:.0f}), "
                f"network {eff['network']:.3f}, memory {eff['memory']:.3f}\n")
