@@ -94,7 +94,7 @@ def test_a_stated_layout_is_predicted_as_the_tag_with_the_same_layout_is(bench, 
                            "seq-length": 64, "vocab-size": 100}, "system": "h100-8", "gpus": 8, "global_batch_size": 8},
      "4 attention heads do not split into 3 query groups"),
     ({"id": "a", "model": "gpt-13b", "system": "nowhere/else.yaml", "gpus": 8, "global_batch_size": 8},
-     "system profile nowhere/else.yaml not found"),
+     "nowhere/else.yaml not found"),
     ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "global_batch_size": 8, "precision": "fp4"},
      "precision must be one of bf16, fp16, fp8"),
     ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "tp": 8, "global_batch_size": 8,
@@ -117,8 +117,11 @@ def test_a_system_profile_file_outside_the_project(bench, tmp_path):
     mine.write_text((systems_dir() / "h100-8.yaml").read_text().replace("name: h100-8", "name: my-h100"))
     row = {"id": "mine", "model": "llama3-8b", "system": str(mine), "gpus": 8, "tp": 2, "mbs": 1,
            "global_batch_size": 64, "recompute": "selective"}
-    found = _json(bench("plan", "predict", str(_rows(tmp_path, [row])), "--json"))["mine"]
-    assert found["system"] == "my-h100" and found["tokens_per_s"] > 0
+    # a relative path is the rows file's folder's, wherever bench runs
+    relative = {**row, "id": "relative", "system": "my-h100.yaml"}
+    found = _json(bench("plan", "predict", str(_rows(tmp_path, [row, relative])), "--json"))
+    assert found["mine"]["system"] == "my-h100" and found["mine"]["tokens_per_s"] > 0
+    assert found["relative"]["tokens_per_s"] == found["mine"]["tokens_per_s"]
 
 
 def test_bench_plan_model_plans_a_shape_that_has_no_tag_under_its_own_name(bench, tmp_path):
@@ -160,6 +163,9 @@ def test_context_parallelism_splits_the_sequence_and_pays_for_its_ring(bench, tm
     # the same devices, the same work: within the ring's cost of each other
     assert 0.8 < cp2["tokens_per_s"] / cp1["tokens_per_s"] < 1.2
     assert found["odd"]["tokens_per_s"] is None and "2 x cp 3" in found["odd"]["reason"]
+    # no published row has context parallelism: its predictions say so
+    assert "context parallelism (cp 2) beyond the corpus's 1" in cp2["outside_corpus"]
+    assert not any("context" in o for o in cp1["outside_corpus"])
 
 
 def test_fp8_runs_the_linear_layers_at_the_fp8_rate_where_the_system_has_one(bench, tmp_path):
@@ -188,6 +194,7 @@ def test_uneven_stages_plan_what_an_even_split_refuses_and_wait_for_the_fullest_
     # 32 layers as 6, 10, 10, 6: the middle stages (10 layers) set the pace, slower than 8 a stage
     assert found["heavy-middle"]["tokens_per_s"] < found["even-8b"]["tokens_per_s"]
     assert "do not split evenly over the other 2 stages" in found["bad"]["reason"]
+    assert "uneven pipeline stages not in the corpus" in found["heavy-middle"]["outside_corpus"]
 
 
 def test_tensor_parallel_overlap_hides_collectives_behind_the_gemms(bench, tmp_path):
@@ -195,3 +202,9 @@ def test_tensor_parallel_overlap_hides_collectives_behind_the_gemms(bench, tmp_p
     found = _predict(bench, tmp_path, [row, {**row, "id": "overlap", "tp_comm_overlap": True}])
     assert found["overlap"]["tokens_per_s"] > found["plain"]["tokens_per_s"]
     assert found["overlap"]["memory_gib"] == found["plain"]["memory_gib"]
+    assert "tensor-parallel communication overlap not in the corpus" in found["overlap"]["outside_corpus"]
+
+
+def test_predict_takes_no_option_the_rows_would_contradict(bench, tmp_path):
+    out = bench("plan", "--predict", str(_rows(tmp_path, [{**BASE, "id": "a"}])), "--system", "selene")
+    assert out.exit_code == 2 and "takes no other option but --json" in out.output

@@ -13,7 +13,7 @@ Peers, each in its own process, alternated (builtin, megatron-core, torch-compil
 Every peer trains the same model (spec.models.ModelSpec) with the same micro-batch and global batch
 (gradient accumulation), and reports the median tokens/s of its iterations after warm-up. MFU = Megatron
 model FLOPs (nlp_bench.flops.megatron_model_flops: 6*B*s*(L*(h^2*(2 + 2g/n) + 2*h*ffn (3*h*ffn with SwiGLU))
-+ h*V (2*h*V untied)) + 6*B*s^2*h*L per iteration, no recompute term) / (iteration time x peak), the peak
++ h*V) + 6*B*s^2*h*L per iteration, no recompute term; an untied input embedding is a lookup, no FLOPs) / (iteration time x peak), the peak
 being the dense BF16 figure of the device table (nlp_bench.spec.devices) for the GPU torch names; an
 unknown GPU gets no MFU. The ratio column divides by the best peer that is not a builtin variant.
 

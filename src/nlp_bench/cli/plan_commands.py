@@ -77,9 +77,10 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
     from nlp_bench.report.table import terminal_width
 
     if rows_file is not None:
-        if runs or calibrate_ or validate_ or target_seconds is not None or model_name or tag:
-            raise click.UsageError("--predict ROWS takes no --tag, --model, RUN, --calibrate, --validate or "
-                                   "--target-seconds: the rows state everything")
+        space = (nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size, batch)
+        if runs or calibrate_ or validate_ or target_seconds is not None or model_name or tag or system \
+                or any(space):
+            raise click.UsageError("--predict ROWS takes no other option but --json: the rows state everything")
         ctx.invoke(plan_predict, rows_file=rows_file, as_json=as_json)
         return
     if validate_:

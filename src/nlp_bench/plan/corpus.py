@@ -132,6 +132,10 @@ class Ranges:
     precisions: frozenset[str]
     #: whether any corpus model has fewer key/value heads than query heads
     grouped_query: bool
+    #: the largest context-parallel size, and whether any row has uneven stages or tensor-parallel overlap
+    cp: int = 1
+    uneven_stages: bool = False
+    tp_overlap: bool = False
 
     def outside(self, model: ModelSpec, system: System, c: Candidate, vocab_padded: int) -> list[str]:
         """What of a layout lies outside the corpus, in words: its scale and shape, and the device,
@@ -151,6 +155,12 @@ class Ranges:
         if model.query_groups < model.num_attention_heads and not self.grouped_query:
             out.append(f"grouped-query attention ({model.query_groups} groups for {model.num_attention_heads} heads) "
                        "not in the corpus")
+        if c.cp > self.cp:
+            out.append(f"context parallelism (cp {c.cp}) beyond the corpus's {self.cp}")
+        if (c.first_stage_layers is not None or c.last_stage_layers is not None) and not self.uneven_stages:
+            out.append("uneven pipeline stages not in the corpus")
+        if c.tp_comm_overlap and not self.tp_overlap:
+            out.append("tensor-parallel communication overlap not in the corpus")
         return out
 
 
@@ -166,4 +176,8 @@ def ranges(rows: list[CorpusRow]) -> Ranges:
                   span(m.seq_length for m in models), span(m.vocab_size for m in models),
                   frozenset(r.planned.system.device_name for r in rows),
                   frozenset(r.candidate.precision for r in rows),
-                  any(m.query_groups < m.num_attention_heads for m in models))
+                  any(m.query_groups < m.num_attention_heads for m in models),
+                  max(r.candidate.cp for r in rows),
+                  any(r.candidate.first_stage_layers is not None or r.candidate.last_stage_layers is not None
+                      for r in rows),
+                  any(r.candidate.tp_comm_overlap for r in rows))

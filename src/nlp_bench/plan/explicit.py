@@ -112,11 +112,13 @@ def load_model(value: str) -> ModelSpec:
     return model_from_flags(data, str(path))
 
 
-def _system(value: Any, where: str) -> System:
+def _system(value: Any, where: str, folder: Path) -> System:
+    """A profile by name, or a profile file (a relative path is the rows file's folder's)."""
     if not isinstance(value, str) or not value:
         raise SpecError(f"{where}: system must be a profile name or the path of a profile file")
     if value.endswith((".yaml", ".yml")) or "/" in value:
-        return load_system_file(Path(value))
+        path = Path(value)
+        return load_system_file(path if path.is_absolute() else folder / path)
     return load_system(value)
 
 
@@ -153,7 +155,7 @@ def read_row(row: Any, index: int, source: str) -> Row:
         raise SpecError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     try:
         model = _row_model(row["model"], where)
-        system = _system(row["system"], where)
+        system = _system(row["system"], where, Path(source).parent)
     except SpecError as exc:  # a preset or profile that cannot be read: say which row named it
         message = str(exc)
         raise SpecError(message if message.startswith(where) else f"{where}: {message}") from None

@@ -178,7 +178,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         layers, per_micro_batch = last, last * per_layer + logits
     else:
         per_micro_batch = layers * per_layer
-    linear_share = _linear_share(model) * layers * per_layer
+    linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
 
@@ -214,12 +214,13 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         tp_overlap=c.tp_comm_overlap and c.sequence_parallel and c.tp > 1)
 
 
-def _linear_share(model: ModelSpec) -> float:
-    """The fraction of a layer's FLOPs in its linear layers (what FP8 recipes run in FP8; the attention
-    core stays in 16 bits): per token, 2·(qkv + output + MLP weights) against 4·s·h more for the core."""
-    h, s = model.hidden_size, model.seq_length
-    linear = model.layer_parameters(biases=False) - (2 if model.normalization == "LayerNorm" else 1) * 2 * h
-    return linear / (linear + s * h)  # the causal core: 2·s·h·2 FLOPs per token forward, half of it masked
+def _linear_flops(model: ModelSpec, c: Candidate, full: float) -> float:
+    """One layer's linear-layer FLOPs for one micro-batch on one device (what FP8 recipes run in FP8; the
+    attention core stays in 16 bits): 6 per weight per token, forward and backward, again for a full
+    recompute's forward."""
+    norms = (2 if model.normalization == "LayerNorm" else 1) * 2 * model.hidden_size
+    weights = model.layer_parameters(biases=False) - norms
+    return 6.0 * weights * c.mbs * model.seq_length / c.cp * full / c.tp
 
 
 def _fp8_peak(system: System) -> float:

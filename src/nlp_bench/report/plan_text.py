@@ -142,11 +142,11 @@ def render_predictions(found: list[dict]) -> str:
     def figure(value, fmt="{:,.0f}"):
         return "-" if value is None else fmt.format(value)
 
-    rows = [[r["id"], r["model"], r["system"], r["nodes"], r["tp"], r["pp"], figure(r["dp"], "{}"), r["mbs"],
+    rows = [[r["id"], r["model"], r["system"], r["nodes"], r["tp"], r["pp"], r["cp"], figure(r["dp"], "{}"), r["mbs"],
              r["global_batch_size"], figure(r["memory_gib"], "{:.1f}"), figure(r["tokens_per_s"]),
              "-" if r["tokens_per_s_low"] is None else f"{r['tokens_per_s_low']:,.0f}..{r['tokens_per_s_high']:,.0f}",
              "yes" if r["extrapolated"] else ("-" if r["extrapolated"] is None else "no")] for r in found]
-    out = [tabulate(rows, headers=["row", "model", "system", "nodes", "tp", "pp", "dp", "mbs", "GBS", "GiB/device",
+    out = [tabulate(rows, headers=["row", "model", "system", "nodes", "tp", "pp", "cp", "dp", "mbs", "GBS", "GiB/device",
                                    "tokens/s", "~90% interval", "extrapolated"], disable_numparse=True) + "\n"]
     for r in found:
         if r["reason"]:
