@@ -208,3 +208,22 @@ def test_tensor_parallel_overlap_hides_collectives_behind_the_gemms(bench, tmp_p
 def test_predict_takes_no_option_the_rows_would_contradict(bench, tmp_path):
     out = bench("plan", "--predict", str(_rows(tmp_path, [{**BASE, "id": "a"}])), "--system", "selene")
     assert out.exit_code == 2 and "takes no other option but --json" in out.output
+
+
+def test_uneven_stages_need_the_memory_of_one_stage_not_the_worst_of_each():
+    """The first stage holds the most activations, the last the most weights (4 layers more and the output
+    layer): the device that needs most is one of them, not their worst parts added (3.6 GiB too much for
+    this Llama 3 70B layout before)."""
+    from nlp_bench.plan import memory
+    from nlp_bench.plan.candidate import Candidate
+    from nlp_bench.spec.models import get_model, pad_vocab
+
+    model = get_model("llama3-70b")
+    c = Candidate(nodes=4, devices_per_node=8, tp=8, pp=4, mbs=1, gas=16, recompute="selective",
+                  first_stage_layers=18, last_stage_layers=22)
+    vocab = pad_vocab(model.vocab_size, c.tp)
+    found = memory.estimate(model, vocab, c)
+    per_parameter = memory.bytes_per_parameter(c)
+    worst_of_each = memory.parameters_on_most_loaded_shard(model, vocab, c) * per_parameter + \
+        memory.activation_bytes(model, vocab, c)
+    assert found.weights_and_optimizer + found.activations < worst_of_each - 2 * memory.GIB

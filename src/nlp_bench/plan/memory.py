@@ -36,19 +36,25 @@ def transformer_parameters(model: ModelSpec) -> float:
     return model.num_layers * model.layer_parameters(biases=False) + final_norm
 
 
-def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
-    """The most loaded pipeline stage, split over tp: its share of the layers, plus the word embedding on the
-    first stage and the output layer (untied) or the embedding's copy (tied) on the last. Where tp exceeds
-    the query groups, each rank keeps a whole key/value head (a copy) rather than 1/tp of them."""
+def _stage_parameters(model: ModelSpec, vocab_padded: int, c: Candidate) -> list[float]:
+    """Parameters on one device of the first, a middle (pp > 2) and the last (pp > 1) pipeline stage, split
+    over tp: each stage's share of the layers, the word embedding on the first stage and the output layer
+    (untied) or the embedding's copy (tied) on the last. Where tp exceeds the query groups, each rank keeps a
+    whole key/value head (a copy) rather than 1/tp of them."""
     embedding = model.hidden_size * vocab_padded
     kv = 2 * model.query_groups * model.head_dim * model.hidden_size
     copies = kv * (1 / model.query_groups - 1 / c.tp) if c.tp > model.query_groups else 0.0
     per_layer = transformer_parameters(model) / model.num_layers / c.tp + copies
     first, middle, last = c.stage_layers(model.num_layers)
     if c.pp == 1:
-        return first * per_layer + embedding / c.tp * (2 if model.untie_embeddings else 1)
+        return [first * per_layer + embedding / c.tp * (2 if model.untie_embeddings else 1)]
     ends = embedding / c.tp
-    return max(first * per_layer + ends, last * per_layer + ends, middle * per_layer if c.pp > 2 else 0.0)
+    return [first * per_layer + ends, *([middle * per_layer] if c.pp > 2 else []), last * per_layer + ends]
+
+
+def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
+    """The parameters of the pipeline stage that holds most, on one device."""
+    return max(_stage_parameters(model, vocab_padded, c))
 
 
 def bytes_per_parameter(c: Candidate) -> float:
@@ -83,11 +89,11 @@ def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None
     return per_layer
 
 
-def activation_bytes(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
-    """The activations of the stage that holds most: stage k keeps its layers for each of up to pp - k
-    micro-batches in flight (fewer when gas is smaller; more, by Megatron's interleaving penalty, with
-    vp > 1), the first also the embedding's input and dropout, and a single stage the output layer and loss.
-    Context parallelism splits every sequence over cp ranks."""
+def _stage_activations(model: ModelSpec, vocab_padded: int, c: Candidate) -> list[float]:
+    """The activations of the first, a middle (pp > 2) and the last (pp > 1) stage: stage k keeps its layers
+    for each of up to pp - k micro-batches in flight (fewer when gas is smaller; more, by Megatron's
+    interleaving penalty, with vp > 1), the first also the embedding's input and dropout, and a single stage
+    the output layer and loss. Context parallelism splits every sequence over cp ranks."""
     s, b, h = model.seq_length / c.cp, c.mbs, model.hidden_size
     tp_part = layer_activation_bytes(model, c) * c.tp  # Megatron divides by tp at the end
     first, middle, last = c.stage_layers(model.num_layers)
@@ -95,18 +101,20 @@ def activation_bytes(model: ModelSpec, vocab_padded: int, c: Candidate) -> float
     def in_flight(k: int) -> int:
         return min(c.pp - k, c.gas) if c.vp == 1 else c.pp
 
-    # the first stage, the first of the middle ones (the most in flight among equals) and the last
-    memory = (tp_part * first + 8 * s * b + s * b * h) * in_flight(0)
+    stages = [(tp_part * first + 8 * s * b + s * b * h) * in_flight(0)]
     if c.pp > 2:
-        memory = max(memory, tp_part * middle * in_flight(1))
+        stages.append(tp_part * middle * in_flight(1))  # the first middle stage: the most in flight of them
     if c.pp > 1:
-        memory = max(memory, tp_part * last * in_flight(c.pp - 1))
-    if c.vp > 1:
-        memory *= 1 + (c.pp - 1) / (c.pp * c.vp)
-    if c.pp == 1:
-        memory += s * b * h * 4 * (1 + vocab_padded / h)
+        stages.append(tp_part * last * in_flight(c.pp - 1))
+    interleaving = 1 + (c.pp - 1) / (c.pp * c.vp) if c.vp > 1 else 1.0
+    output = s * b * h * 4 * (1 + vocab_padded / h) if c.pp == 1 else 0.0
     factor = 2.0 if c.precision == "fp32" else 1.0
-    return factor * memory / c.tp
+    return [factor * (memory * interleaving + output) / c.tp for memory in stages]
+
+
+def activation_bytes(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
+    """The activations of the stage that holds most, on one device."""
+    return max(_stage_activations(model, vocab_padded, c))
 
 
 @dataclass(frozen=True)
@@ -125,8 +133,11 @@ class MemoryEstimate:
 
 
 def estimate(model: ModelSpec, vocab_padded: int, c: Candidate) -> MemoryEstimate:
-    states = parameters_on_most_loaded_shard(model, vocab_padded, c) * bytes_per_parameter(c)
-    activations = activation_bytes(model, vocab_padded, c)
+    """The pipeline stage that needs most: its weights and optimizer states with its activations (with
+    uneven stages, not necessarily the stage that holds most of either)."""
+    per_parameter = bytes_per_parameter(c)
+    states, activations = max(zip((p * per_parameter for p in _stage_parameters(model, vocab_padded, c)),
+                                  _stage_activations(model, vocab_padded, c), strict=True), key=sum)
     allowance = WORKSPACE_GIB * GIB + FRAGMENTATION * (states + activations)
     return MemoryEstimate(states, activations, allowance)
 
