@@ -8,8 +8,6 @@ from nlp_bench.spec.layout import Layout
 from nlp_bench.spec.layout import problems as layout_problems
 from nlp_bench.spec.models import ModelSpec
 
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
-
 
 @dataclass(frozen=True)
 class Candidate(Layout):

@@ -37,14 +37,14 @@ _INT_FLAGS = ("num-layers", "hidden-size", "num-attention-heads", "num-query-gro
               "seq-length", "max-position-embeddings", "vocab-size", "rotary-base")
 _SWITCH_FLAGS = ("group-query-attention", "swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear")
 _CHOICE_FLAGS = {"normalization": ("LayerNorm", "RMSNorm"), "position-embedding-type": ("learned_absolute", "rope")}
-MODEL_FLAGS = (*_INT_FLAGS, *_SWITCH_FLAGS, *_CHOICE_FLAGS, "name")
+MAPPING_FLAGS = (*_INT_FLAGS, *_SWITCH_FLAGS, *_CHOICE_FLAGS, "name")
 _REQUIRED_MODEL = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "vocab-size")
 
 _ROW_INTS = ("gpus", "nodes", "tp", "pp", "cp", "vp", "mbs", "global_batch_size",
              "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 _ROW_SWITCHES = ("sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "flash_attention",
                  "overlap_grad_reduce", "overlap_param_gather")
-PRECISIONS = ("bf16", "fp16", "fp8")
+ROW_PRECISIONS = ("bf16", "fp16", "fp8")
 ROW_KEYS = ("id", "model", "system", "recompute", "precision", *_ROW_INTS, *_ROW_SWITCHES)
 
 
@@ -74,9 +74,9 @@ def _check_types(mapping: Mapping[str, Any], ints: tuple[str, ...], switches: tu
 
 def model_from_flags(mapping: Mapping[str, Any], where: str) -> ModelSpec:
     """A model from Megatron-LM's flag names (a planner row's `model`, or `bench plan --model FILE`)."""
-    unknown = sorted(set(mapping) - set(MODEL_FLAGS))
+    unknown = sorted(set(mapping) - set(MAPPING_FLAGS))
     if unknown:
-        raise SpecError(f"{where}: unknown model flag(s) {', '.join(unknown)}; known: {', '.join(MODEL_FLAGS)}")
+        raise SpecError(f"{where}: unknown model flag(s) {', '.join(unknown)}; known: {', '.join(MAPPING_FLAGS)}")
     missing = [k for k in _REQUIRED_MODEL if k not in mapping]
     if missing:
         raise SpecError(f"{where}: the model needs {', '.join(missing)}")
@@ -151,8 +151,8 @@ def read_row(row: Any, index: int, source: str) -> Row:
     if recompute not in RECOMPUTE:
         raise SpecError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     precision = row.get("precision", "bf16")
-    if precision not in PRECISIONS:
-        raise SpecError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision not in ROW_PRECISIONS:
+        raise SpecError(f"{where}: precision must be one of {', '.join(ROW_PRECISIONS)}, got {precision!r}")
     try:
         model = _row_model(row["model"], where)
         system = _system(row["system"], where, Path(source).parent)
