@@ -2,15 +2,18 @@
 
 Per micro-batch and pipeline stage (L/pp layers, on one device):
 
-    t_compute = hardware FLOPs / (peak · gemm · d / (d + gemm_half)) + element-wise bytes / (memory bw · memory)
+    t_compute = hardware FLOPs / (matmul · gemm · d / (d + gemm_half)) + element-wise bytes / (memory bw · memory)
         hardware FLOPs: Megatron's model FLOPs, plus one more forward with full recompute, or the
         attention core's forward again with selective recompute; the stage that runs the output layer
         (the last, with pp > 1) is the one the pipeline waits for. d is the smallest side of the layer's
         matrix products on one device (h/tp, or mbs·s when smaller). The curve's form: a GEMM reaches a
-        fraction of peak that grows with its smallest side and saturates (NVIDIA, "Matrix Multiplication
+        fraction of its full rate that grows with its smallest side and saturates (NVIDIA, "Matrix Multiplication
         Background User's Guide": tile quantisation and arithmetic intensity; Megatron-LM's README: "larger
         GEMMs have higher arithmetic intensity"); `gemm` (the asymptote) and `gemm_half` (the side at which
-        half of it is reached) are fitted on the validation corpus. Element-wise work (LayerNorms,
+        half of it is reached) are fitted on the validation corpus. `matmul` is the rate a large GEMM was
+        measured to reach on the device (System.matmul_rate; FP8's for the linear layers of an FP8 run), not
+        the datasheet peak: devices fall short of their peaks by different amounts, so only a rate measured
+        on each lets constants fitted on one device's runs predict another's. Element-wise work (LayerNorms,
         dropouts, GeLU, softmax, residual adds) is memory-bound: it touches each activation Korthikanti
         et al. count (plan.memory, nothing recomputed) three times (written in the forward, read in the
         backward, its gradient written), four with full recompute.
@@ -99,7 +102,7 @@ def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
 
 def check_plannable(system: System) -> None:
     missing = [k for k in ("peak_tflops", "intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps")
-               if getattr(system, k) is None]
+               if getattr(system, k) is None and (k != "peak_tflops" or system.matmul_tflops is None)]
     if missing:
         raise NotPlannable(f"system {system.name!r} has no {', '.join(missing)}: the planner cannot time it")
 
@@ -139,7 +142,7 @@ class Work:
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     latency: float
-    peak: float  # FLOP/s
+    peak: float  # FLOP/s a large GEMM reaches (the measured matmul rate)
     memory_bandwidth: float  # bytes/s
     fp8_flops: float = 0.0  # of `flops`, what runs at the FP8 rate
     fp8_peak: float = 0.0
@@ -181,6 +184,8 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
+    if c.precision == "fp8":
+        elementwise += layers * full * _fp8_cast_bytes(model, c)
 
     collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0)
     tp_fraction, tp_steps = _ring_factor(c.tp, True)
@@ -206,7 +211,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         optimizer_bytes=shard * (4 + 4 * 2 + 4 * 2 + 4 * 2) + params * act,
         slots=c.gas + (c.pp - 1) / c.vp, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
         overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
-        latency=(system.link_latency_us or 0.0) * 1e-6, peak=system.peak_tflops * 1e12,
+        latency=(system.link_latency_us or 0.0) * 1e-6, peak=system.matmul_rate()[0] * 1e12,
         memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
         fp8_flops=linear_share if c.precision == "fp8" else 0.0,
         fp8_peak=_fp8_peak(system) if c.precision == "fp8" else 0.0,
@@ -223,10 +228,25 @@ def _linear_flops(model: ModelSpec, c: Candidate, full: float) -> float:
     return 6.0 * weights * c.mbs * model.seq_length / c.cp * full / c.tp
 
 
+def _fp8_cast_bytes(model: ModelSpec, c: Candidate) -> float:
+    """One layer's FP8 casts for one micro-batch on one device: each linear layer's input (forward) and its
+    output's gradient (backward) is read in 16 bits and written in FP8, and written once more transposed
+    for the weight-gradient GEMM (4 bytes a value). Inputs: the attention's and the MLP's (whole hidden
+    states on every tp rank), the projection's and the MLP's second layer's (split over tp); gradients the
+    same layers' outputs."""
+    h, t = model.hidden_size, c.tp
+    qkv = h + 2 * model.query_groups * model.head_dim
+    fc1 = model.ffn_hidden_size * (2 if model.swiglu else 1)
+    values = (h + h / t + h + model.ffn_hidden_size / t) + (qkv / t + h + fc1 / t + h)
+    return 4.0 * values * c.mbs * model.seq_length / c.cp
+
+
 def _fp8_peak(system: System) -> float:
-    if system.peak_fp8_tflops is None:
-        raise NotPlannable(f"system {system.name!r} has no peak_fp8_tflops: the planner cannot time FP8 on it")
-    return system.peak_fp8_tflops * 1e12
+    rate = system.matmul_rate(fp8=True)[0]
+    if rate is None:
+        raise NotPlannable(f"system {system.name!r} has no peak_fp8_tflops or matmul_fp8_tflops: the planner "
+                           "cannot time FP8 on it")
+    return rate * 1e12
 
 
 def _context_exchange(model: ModelSpec, c: Candidate, system: System, layers: int, act: int,

@@ -45,8 +45,17 @@ def _basis(calibrated: bool, base, width: int | None = None) -> str:
            "from the fit on the published corpus (not calibrated on this system; see `bench plan calibrate`)")
     memory = (f"{base.system.device_memory_gib:g} GiB each" if base.system.device_memory_gib is not None
               else "device memory not in the profile")
+    rate, source = base.system.matmul_rate()
+    gemms = f"; GEMMs timed against {rate:g} TFLOP/s ({_short(source)})" if rate is not None else ""
     return wrap(f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
-                f"{base.system.device_name or base.system.device}, {memory}); predictions {how}", width) + "\n"
+                f"{base.system.device_name or base.system.device}, {memory}); predictions {how}{gemms}", width) + "\n"
+
+
+def _short(source: str) -> str:
+    """A matmul rate's basis in a few words: measured (where) or assumed."""
+    if source.startswith("no measured"):
+        return source.split(": ", 1)[1]
+    return "measured, device table" if source.endswith("(device table)") else "measured, system profile"
 
 
 def _batch(shown: list, base) -> str:

@@ -4,10 +4,17 @@
 nvidia-smi names the device. Peaks are dense (no 2:4 sparsity) BF16 tensor-core figures, the ones an MFU
 divides by; a vendor's headline figure is often the sparse one, twice as large. Where a figure is not in
 the vendor's datasheet it is left out (None) and the profile asks the site to fill it in.
+
+The matmul rates are measured, not quoted: the dense GEMM rate the device reaches on large random operands
+(cuBLAS through torch), which the planner times matrix products against. No GEMM reaches the datasheet
+peak, and devices miss it by different amounts (an A100 by about 17%, an H100 by about 24% in BF16 and 31%
+in FP8), so a time model fitted on one device's runs carries to another only through the measured rate.
+Where no measurement is at hand the figure is None and the planner assumes MATMUL_FRACTION of the peak.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -25,6 +32,24 @@ class Device:
     memory_bandwidth_gbps: float
     intra_node_gbps: float | None  # NVLink/Infinity Fabric, one direction per device; None where not stated
     source: str
+    matmul_tflops: float | None = None  # measured dense BF16 GEMM rate (see above)
+    matmul_fp8_tflops: float | None = None  # measured dense FP8 (E4M3) GEMM rate
+    matmul_source: str = ""
+
+
+#: The share of the datasheet peak a large GEMM is taken to reach where nothing was measured: the A100's
+#: and H100's measured BF16 rates below lie at 0.83 and 0.76 of it.
+MATMUL_FRACTION = 0.8
+#: The same for FP8: the H100's measured FP8 rate lies at 0.69 of its FP8 peak.
+MATMUL_FP8_FRACTION = 0.7
+_H100_MEASURED = ("measured on an H100 80GB HBM3 SXM (700 W) with benchmark/perf/gemm_rates.py, torch 2.11.0+cu130, "
+                  "2026-11-26: the best of square GEMMs of side 4096, 8192 and 16384 on random operands (BF16 "
+                  "750.5 at 16384, 748.2 at 8192; FP8 E4M3 by torch._scaled_mm 1375 at 16384); published "
+                  "cuBLAS figures for the same part: BF16 795 at 8192 (P. Shankhdhar, fast.cu, 2024), FP8 1403 "
+                  "(S. Bekman, ml-engineering, maximum achievable matmul FLOPS table, torch 2.7)")
+_A100_MEASURED = ("H. He, 'Strangely, matrix multiplications on GPUs run faster when given predictable data' "
+                  "(2024): 258 TFLOP/s BF16 at 8192 cubed on random operands through torch and cuBLAS; S. Bekman, "
+                  "ml-engineering, maximum achievable matmul FLOPS table: 271 at the best shape a search found")
 
 
 DEVICES: tuple[Device, ...] = (
@@ -40,11 +65,13 @@ DEVICES: tuple[Device, ...] = (
            "NVIDIA H100 Tensor Core GPU datasheet (NVL: BF16 1671 TFLOP/s with sparsity, 94 GB HBM3 at 3.9 TB/s)"),
     Device("h100", "H100-SXM-80GB", "nvidia", r"h100", 989, 80, 3350, 450,
            "NVIDIA H100 Tensor Core GPU datasheet (SXM: BF16 1979 TFLOP/s with sparsity, 80 GB HBM3 at "
-           "3.35 TB/s, NVLink 900 GB/s bidirectional)"),
+           "3.35 TB/s, NVLink 900 GB/s bidirectional)", 750.5, 1375, _H100_MEASURED),
     Device("a100-80", "A100-SXM4-80GB", "nvidia", r"a100.*80", 312, 80, 2039, 300,
-           "NVIDIA A100 Tensor Core GPU datasheet (80 GB SXM: 2039 GB/s HBM2e; NVLink 600 GB/s bidirectional)"),
+           "NVIDIA A100 Tensor Core GPU datasheet (80 GB SXM: 2039 GB/s HBM2e; NVLink 600 GB/s bidirectional)",
+           258, None, _A100_MEASURED),
     Device("a100", "A100-SXM4-40GB", "nvidia", r"a100", 312, 40, 1555, 300,
-           "NVIDIA A100 Tensor Core GPU datasheet (40 GB SXM: 1555 GB/s HBM2; NVLink 600 GB/s bidirectional)"),
+           "NVIDIA A100 Tensor Core GPU datasheet (40 GB SXM: 1555 GB/s HBM2; NVLink 600 GB/s bidirectional)",
+           258, None, _A100_MEASURED),
     Device("v100", "V100-SXM2-32GB", "nvidia", r"v100", 125, 32, 900, 150,
            "NVIDIA V100 datasheet (SXM2: 125 TFLOP/s FP16 tensor, no BF16; 900 GB/s HBM2; NVLink 300 GB/s)"),
     Device("mi300a", "MI300A", "amd", r"mi300a", 980.6, 128, 5300, None,
@@ -61,6 +88,7 @@ def normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+@functools.lru_cache(maxsize=256)  # the planner asks once per layout it times
 def find_device(*names: str) -> Device | None:
     """The first known device any of the names (Gres type, node features, nvidia-smi's name) matches."""
     for name in names:

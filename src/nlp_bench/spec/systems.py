@@ -18,7 +18,7 @@ _KEYS = {
     "backend", "launcher", "executor", "max_nodes", "sbatch", "env_setup", "env", "master_addr_suffix",
     "master_port", "data_dir", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
     "sources", "compile_command", "compile_cache", "compile_iters", "trainer", "megatron_lm_repo", "megatron_lm_env",
-    "megatron_lm_train", "detected", "peak_precision", "peak_fp8_tflops",
+    "megatron_lm_train", "detected", "peak_precision", "peak_fp8_tflops", "matmul_tflops", "matmul_fp8_tflops",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
 
@@ -38,7 +38,11 @@ class System:
     device_memory_gib: float | None = None
     peak_tflops: float | None = None  # dense per device in peak_precision, for MFU
     peak_precision: str = "bf16"
-    peak_fp8_tflops: float | None = None  # dense FP8 per device, where the device has FP8 (the planner's fp8 GEMMs)
+    peak_fp8_tflops: float | None = None  # dense FP8 per device, where the device has FP8
+    # the dense GEMM rates the device was measured to reach (BF16, FP8), which the planner times matrix
+    # products against; unset: the device table's measurement, else a share of the peak (matmul_rate)
+    matmul_tflops: float | None = None
+    matmul_fp8_tflops: float | None = None
     # what the planner's time model needs (each figure's source in `sources`)
     intra_node_gbps: float | None = None  # GB/s one device sends to the others of its node (one direction)
     # GB/s between two devices wired directly to each other (one direction), where no switch joins the node's
@@ -79,6 +83,24 @@ class System:
         if device is not None and self.peak_tflops == device.peak_tflops:
             return f"{device.source} (device table)"
         return None
+
+    def matmul_rate(self, fp8: bool = False) -> tuple[float | None, str]:
+        """(TFLOP/s, where it comes from) of a large GEMM in 16 bits or FP8: the profile's measurement, the
+        device table's, or where neither has one, devices.MATMUL_FRACTION (MATMUL_FP8_FRACTION) of the peak;
+        None where the profile has no peak either."""
+        from nlp_bench.spec import devices
+
+        key = "matmul_fp8_tflops" if fp8 else "matmul_tflops"
+        if getattr(self, key) is not None:
+            return getattr(self, key), self.sources.get(key, f"the profile's {key}")
+        device = devices.find_device(self.device_name) if self.device == "cuda" else None
+        if device is not None and getattr(device, key) is not None:
+            return getattr(device, key), f"{device.name}: {device.matmul_source} (device table)"
+        peak = self.peak_fp8_tflops if fp8 else self.peak_tflops
+        fraction = devices.MATMUL_FP8_FRACTION if fp8 else devices.MATMUL_FRACTION
+        if peak is None:
+            return None, ""
+        return peak * fraction, f"no measured GEMM rate for {self.device_name or self.name}: {fraction:g} of its peak assumed"
 
     @property
     def partition(self) -> str:
@@ -168,8 +190,8 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         raise SpecError(f"{path}: peak_precision must be bf16, fp16, fp32 or fp8, got {data['peak_precision']!r}")
     if data["backend"] not in ("nccl", "gloo", "xla"):
         raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
-    for key in ("peak_tflops", "peak_fp8_tflops", "device_memory_gib", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps",
-                "memory_bandwidth_gbps", "link_latency_us"):
+    for key in ("peak_tflops", "peak_fp8_tflops", "matmul_tflops", "matmul_fp8_tflops", "device_memory_gib",
+                "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us"):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0
                                   or (value == 0 and key != "link_latency_us")):
