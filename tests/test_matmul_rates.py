@@ -22,6 +22,7 @@ def test_the_rate_is_the_profiles_else_the_device_tables_else_a_stated_share_of_
     h100, a100, gh200 = load_system("h100-8"), load_system("selene"), load_system("jupiter")
     assert h100.matmul_rate() == (750.5, pytest.approx(h100.matmul_rate()[1]))
     assert "measured on an H100" in h100.matmul_rate()[1] and h100.matmul_rate(fp8=True)[0] == 1375
+    assert replace(h100, device_name="H200-SXM-141GB").matmul_rate()[0] == 795.9
     assert a100.matmul_rate()[0] == 258 and a100.matmul_rate(fp8=True) == (None, "")  # an A100 has no FP8
     rate, why = gh200.matmul_rate()
     assert rate == pytest.approx(989 * devices.MATMUL_FRACTION) and "0.8 of its peak assumed" in why

@@ -7,7 +7,10 @@ physical fractions, bounded by 1; a fit that ends on that bound wanted more, and
 time model it cannot explain (the rows were faster than that term allows). A GEMM half size on its lower
 bound says the rows gave no evidence that narrower GEMMs run slower.
 
-The corpus fit (plan.validation) fits all four constants on published measurements; a system's own
+The corpus fit (plan.validation) fits all four constants on published measurements, held near what a
+device measures of them (PRIOR, weighed by PRIOR_WEIGHT): with a publication held out, as few as three rows
+may remain, too few to pin four constants, and a constant the rows leave free should stay where the
+hardware puts it rather than wander to a bound. A system's own
 calibration (`bench plan calibrate`) starts from it and refits as many efficiencies as its runs can
 pin (`system_free`): a few runs of one benchmark cannot pin four constants.
 """
@@ -37,6 +40,13 @@ UNEXPLAINED = {
 FLAT_GEMMS = ("these rows show no loss for narrower GEMMs (the narrower ran no slower per FLOP), so the curve is flat: "
               "one GEMM efficiency for every size")
 SYSTEM_FREE = ("gemm", "gemm_half", "network", "memory")  # refitted on a system's own runs, in this order
+#: The constants a single device measures (benchmark/perf/gemm_rates.py on an H100 and an H200, 2026-11-26;
+#: benchmark/perf/measured/): a layer's GEMMs at 8192 tokens follow rate · d / (d + half) with rate 0.95 and
+#: 0.89 of the best square GEMM (the matmul rate the time model divides by) and half 148 and 92; a large copy
+#: moves 0.90 and 0.84 of the nominal memory bandwidth. The network's share needs two devices: no prior.
+PRIOR = {"gemm": 0.92, "gemm_half": 120.0, "memory": 0.87}
+#: How much the prior weighs: a constant a factor e from it costs as much as one row missed by 10%.
+PRIOR_WEIGHT = 0.01
 
 
 def system_free(points: int) -> tuple[str, ...]:
@@ -59,9 +69,10 @@ class Fit:
 
 
 def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], labels: list[str],
-        free: Sequence[str] = tuple(BOUNDS), start: Efficiency | None = None) -> Fit:
+        free: Sequence[str] = tuple(BOUNDS), start: Efficiency | None = None,
+        prior: dict[str, float] | None = None) -> Fit:
     """`predict(eff)` gives tokens/s for each measured point, in order; the constants named in `free` are
-    fitted, the others kept at `start`'s values."""
+    fitted, the others kept at `start`'s values; with a `prior`, the constants it names are held near it."""
     if not measured:
         raise ValueError("nothing to calibrate on")
     start = start or Efficiency()
@@ -71,7 +82,8 @@ def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], lab
             predicted = predict(replace(start, **dict(zip(free, values, strict=True))))
         except ZeroDivisionError:
             return math.inf
-        return sum(math.log(p / m) ** 2 for p, m in zip(predicted, measured, strict=True))
+        held = sum(math.log(v / prior[k]) ** 2 for k, v in zip(free, values, strict=True) if k in prior) if prior else 0.0
+        return sum(math.log(p / m) ** 2 for p, m in zip(predicted, measured, strict=True)) + PRIOR_WEIGHT * held
 
     points = 6 if len(free) <= 2 else 4
     axes = [[lo * (hi / lo) ** (i / (points - 1)) for i in range(points)] for lo, hi in (BOUNDS[k] for k in free)]
@@ -90,7 +102,9 @@ def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], lab
         if not moved:
             step /= 2
     eff = replace(start, **dict(zip(free, best, strict=True)))
-    errors = [p / m - 1 for p, m in zip(predict(eff), measured, strict=True)]
+    predicted = predict(eff)
+    errors = [p / m - 1 for p, m in zip(predicted, measured, strict=True)]
+    value = sum(math.log(p / m) ** 2 for p, m in zip(predicted, measured, strict=True))
     pinned = [f"{key} = 1: {UNEXPLAINED[key]}" for key in free
               if key in UNEXPLAINED and getattr(eff, key) >= BOUNDS[key][1] * (1 - 1e-6)]
     if "gemm_half" in free and eff.gemm_half <= BOUNDS["gemm_half"][0] * (1 + 1e-6):

@@ -54,7 +54,7 @@ def predict_row(row: CorpusRow, eff: timing.Efficiency) -> float:
 def fit_rows(rows: list[CorpusRow]) -> calibrate.Fit:
     works = [_work(r) for r in rows]
     return calibrate.fit(lambda eff: [_tokens(r, w, eff) for r, w in zip(rows, works, strict=True)],
-                         [r.tokens_per_s for r in rows], [r.id for r in rows])
+                         [r.tokens_per_s for r in rows], [r.id for r in rows], prior=calibrate.PRIOR)
 
 
 @dataclass(frozen=True)

@@ -37,16 +37,20 @@ class Device:
     matmul_source: str = ""
 
 
-#: The share of the datasheet peak a large GEMM is taken to reach where nothing was measured: the A100's
-#: and H100's measured BF16 rates below lie at 0.83 and 0.76 of it.
+#: The share of the datasheet peak a large GEMM is taken to reach where nothing was measured: the A100's,
+#: H100's and H200's measured BF16 rates below lie at 0.83, 0.76 and 0.80 of it.
 MATMUL_FRACTION = 0.8
-#: The same for FP8: the H100's measured FP8 rate lies at 0.69 of its FP8 peak.
+#: The same for FP8: the H100's and H200's measured FP8 rates lie at 0.69 and 0.68 of the FP8 peak.
 MATMUL_FP8_FRACTION = 0.7
 _H100_MEASURED = ("measured on an H100 80GB HBM3 SXM (700 W) with benchmark/perf/gemm_rates.py, torch 2.11.0+cu130, "
                   "2026-11-26: the best of square GEMMs of side 4096, 8192 and 16384 on random operands (BF16 "
                   "750.5 at 16384, 748.2 at 8192; FP8 E4M3 by torch._scaled_mm 1375 at 16384); published "
                   "cuBLAS figures for the same part: BF16 795 at 8192 (P. Shankhdhar, fast.cu, 2024), FP8 1403 "
                   "(S. Bekman, ml-engineering, maximum achievable matmul FLOPS table, torch 2.7)")
+_H200_MEASURED = ("measured on an H200 SXM 141GB (700 W) with benchmark/perf/gemm_rates.py, torch 2.11.0+cu130, "
+                  "2026-11-26: the best of square GEMMs of side 4096, 8192 and 16384 on random operands (BF16 "
+                  "795.9 at 8192, 746.3 at 16384; FP8 E4M3 by torch._scaled_mm 1349 at 16384); the same die as the "
+                  "H100: their layer-shaped GEMMs agree within 2%, the best squares within 6%")
 _A100_MEASURED = ("H. He, 'Strangely, matrix multiplications on GPUs run faster when given predictable data' "
                   "(2024): 258 TFLOP/s BF16 at 8192 cubed on random operands through torch and cuBLAS; S. Bekman, "
                   "ml-engineering, maximum achievable matmul FLOPS table: 271 at the best shape a search found")
@@ -58,7 +62,7 @@ DEVICES: tuple[Device, ...] = (
            "bidirectional); dense BF16 as for H100 SXM"),
     Device("h200", "H200-SXM-141GB", "nvidia", r"h200", 989, 141, 4800, 450,
            "NVIDIA H200 Tensor Core GPU datasheet (SXM: 141 GB HBM3e at 4.8 TB/s, BF16 1979 TFLOP/s with "
-           "sparsity, NVLink 900 GB/s bidirectional)"),
+           "sparsity, NVLink 900 GB/s bidirectional)", 795.9, 1349, _H200_MEASURED),
     Device("h100-pcie", "H100-PCIe-80GB", "nvidia", r"h100.*pcie|h100pcie", 756, 80, 2000, None,
            "NVIDIA H100 Tensor Core GPU datasheet (PCIe: BF16 1513 TFLOP/s with sparsity, 80 GB HBM2e at 2 TB/s)"),
     Device("h100-nvl", "H100-NVL-94GB", "nvidia", r"h100.*nvl|h100nvl", 835, 94, 3900, None,
