@@ -141,28 +141,46 @@ def validate(results_dir: Path) -> dict:
              "predicted": round(c.predicted, 1), "error": round(c.error, 4),
              "interval": [round(c.others_low, 4), round(c.others_high, 4)], "inside": c.inside}
             for c in basis.checked]
-    ran, fit = memory_check()
-    return {"held_out": "publication", "publications": basis.publications, "rows": rows,
-            "ran_predicted_to_fit": [fit, ran],
+    found = memory_check()
+    return {"held_out": "publication", "publications": basis.publications, "rows": rows, **found,
             "median_abs_error": round(basis.median_abs_error, 4), "max_abs_error": round(basis.max_abs_error, 4),
             "coverage": round(basis.coverage, 4), "mean_interval_half_width": round(basis.mean_half_width, 4),
             "error_quantiles": [round(basis.error_low, 4), round(basis.error_high, 4)],
             "efficiency": basis.efficiency.to_dict(), "pinned": basis.pinned}
 
 
-def memory_check() -> tuple[int, int]:
-    """(corpus rows, of which the memory model predicts to fit): every published row ran, so each should."""
+#: how many misclassified layouts `bench plan validate` names
+MISSES_SHOWN = 20
+
+
+def memory_check() -> dict:
+    """The memory model against what ran and what did not: the time corpus's rows (every one ran) and the
+    published sweeps of planner-memory.yaml (layouts that ran, and layouts with no figure, taken as did not
+    fit). `ran_predicted_to_fit` [k, n]: k of the n that ran are predicted to fit; `oom_predicted_not_to_fit`
+    [k, n]: k of the n that did not are predicted not to; `memory_misses`: the ids of the first misses."""
     from nlp_bench.plan import memory
     from nlp_bench.plan.corpus import load_corpus
+    from nlp_bench.plan.outcomes import load_outcomes
     from nlp_bench.spec.models import pad_vocab
 
-    rows = load_corpus()
-    fit = 0
-    for row in rows:
+    ran = fit = oom = refused = 0
+    misses: list[str] = []
+    for row in load_corpus():
         p = row.planned
         gib = memory.estimate(p.model, pad_vocab(p.model.vocab_size, p.candidate.tp), p.candidate).gib
-        fit += p.system.device_memory_gib is None or gib <= p.system.device_memory_gib
-    return len(rows), fit
+        ok = p.system.device_memory_gib is None or gib <= p.system.device_memory_gib
+        ran, fit = ran + 1, fit + ok
+        if not ok:
+            misses.append(row.id)
+    for o in load_outcomes():
+        if o.ran:
+            ran, fit = ran + 1, fit + o.predicted_to_fit
+        else:
+            oom, refused = oom + 1, refused + (not o.predicted_to_fit)
+        if o.ran != o.predicted_to_fit:
+            misses.append(o.id)
+    return {"ran_predicted_to_fit": [fit, ran], "oom_predicted_not_to_fit": [refused, oom],
+            "memory_misses": misses[:MISSES_SHOWN]}
 
 
 def _reference_points(benchmark: str) -> list[tuple[points.Planned, float, str]]:

@@ -137,7 +137,9 @@ def render_validation(found: dict) -> str:
            f"inside the interval the other publications' errors give: {100 * found['coverage']:.0f}% of rows; "
            f"mean half-width ±{100 * found['mean_interval_half_width']:.1f}%\n",
            f"memory: {found['ran_predicted_to_fit'][0]} of the {found['ran_predicted_to_fit'][1]} published runs "
-           "predicted to fit in their devices' memory (the corpus holds no published out-of-memory layout yet)\n"]
+           f"predicted to fit in their devices' memory; {found['oom_predicted_not_to_fit'][0]} of the "
+           f"{found['oom_predicted_not_to_fit'][1]} published layouts with no figure (taken as out of memory) "
+           "predicted not to fit (results/reference/planner-memory.yaml)\n"]
     eff = found["efficiency"]
     out.append(f"fit on all rows: GEMM efficiency {eff['gemm']:.3f} (half size {eff['gemm_half']:.0f}), "
                f"network {eff['network']:.3f}, memory {eff['memory']:.3f}\n")

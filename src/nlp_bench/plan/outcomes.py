@@ -1,0 +1,85 @@
+"""Published layouts that ran and layouts that did not fit (results/reference/planner-memory.yaml): what the
+memory model is checked on, beside the time corpus's rows (every one of which ran).
+
+A source that sweeps layouts until they stop fitting says more about the memory model than any row that
+ran: it shows the boundary. Each table in the file shares a model, a device and the switches; its cells
+are [tp, cp, pp, micro-batch, GPUs, figure], the figure null where the source records none (taken as did
+not fit, with the table's `no_figure` saying why that is an inference where it is one)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from nlp_bench.errors import PlanError
+from nlp_bench.paths import reference_dir
+from nlp_bench.plan import memory
+from nlp_bench.plan.candidate import Candidate
+from nlp_bench.spec.models import get_model, pad_vocab
+from nlp_bench.spec.switches import RECOMPUTE
+from nlp_bench.spec.yamlio import load_yaml
+
+OUTCOMES_FILE = "planner-memory.yaml"
+_SHARED = ("id", "publication", "source", "model", "device_memory_gib", "devices_per_node", "global_batch_size",
+           "recompute", "sequence_parallel", "distributed_optimizer", "precision", "cells")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One published layout: whether it ran, and what the memory model predicts it needs."""
+
+    id: str
+    publication: str
+    ran: bool
+    predicted_gib: float
+    device_memory_gib: float
+
+    @property
+    def predicted_to_fit(self) -> bool:
+        return self.predicted_gib <= self.device_memory_gib
+
+
+def outcomes_path() -> Path:
+    return reference_dir() / OUTCOMES_FILE
+
+
+def _cell(cell: object, where: str) -> tuple[int, int, int, int, int, bool]:
+    if not (isinstance(cell, list) and len(cell) == 6 and all(isinstance(v, int) and v > 0 for v in cell[:5])
+            and (cell[5] is None or isinstance(cell[5], int | float))):
+        raise PlanError(f"{where}: a cell is [tp, cp, pp, micro-batch, GPUs, figure or null], got {cell!r}")
+    tp, cp, pp, mbs, gpus, figure = cell
+    if gpus % (tp * cp * pp):
+        raise PlanError(f"{where}: tp x cp x pp = {tp * cp * pp} does not divide its {gpus} GPUs")
+    return tp, cp, pp, mbs, gpus, figure is not None
+
+
+def load_outcomes(path: Path | None = None) -> Iterator[Outcome]:
+    """Every cell of every table, with the memory model's estimate; a table or cell the planner cannot read
+    is one error naming it."""
+    path = path or outcomes_path()
+    data = load_yaml(path, "planner memory outcomes")
+    for i, table in enumerate(data.get("tables") or []):
+        where = f"{path.name} table {table.get('id', i + 1) if isinstance(table, dict) else i + 1}"
+        missing = [k for k in _SHARED if not isinstance(table, dict) or k not in table]
+        if missing:
+            raise PlanError(f"{where}: missing {', '.join(missing)}")
+        if table["recompute"] not in RECOMPUTE:
+            raise PlanError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}")
+        spec = dict(table["model"])
+        if "preset" not in spec:
+            raise PlanError(f"{where}: model needs a preset (and the fields it overrides)")
+        seq = spec.get("seq_length")
+        model = get_model(spec.pop("preset"), **spec, **({"max_position_embeddings": seq} if seq else {}))
+        memory_gib, per_node, batch = table["device_memory_gib"], table["devices_per_node"], table["global_batch_size"]
+        for k, (tp, cp, pp, mbs, gpus, ran) in enumerate(_cell(c, where) for c in table["cells"]):
+            dp = gpus // (tp * cp * pp)
+            if batch % (dp * mbs):
+                raise PlanError(f"{where}: cell {k + 1}: dp {dp} x micro-batch {mbs} does not divide the batch {batch}")
+            c = Candidate(nodes=max(1, gpus // per_node), devices_per_node=min(per_node, gpus), tp=tp, pp=pp, mbs=mbs,
+                          gas=batch // (dp * mbs), cp=cp, recompute=table["recompute"],
+                          sequence_parallel=bool(table["sequence_parallel"]) and tp > 1,
+                          distributed_optimizer=bool(table["distributed_optimizer"]), precision=table["precision"])
+            gib = memory.estimate(model, pad_vocab(model.vocab_size, tp), c).gib
+            yield Outcome(f"{table['id']}/tp{tp}-cp{cp}-pp{pp}-mbs{mbs}-{gpus}", str(table["publication"]), ran, gib,
+                          float(memory_gib))
