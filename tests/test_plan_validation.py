@@ -236,6 +236,21 @@ def test_the_kept_validation_is_redone_when_a_system_profile_changes(site):
     assert validation._digest(corpus_path()) != before
 
 
+@pytest.mark.parametrize("module", ["devices", "systems"])
+def test_the_kept_validation_is_redone_when_the_device_table_or_its_lookup_changes(tmp_path, monkeypatch, module):
+    import importlib
+    from pathlib import Path
+
+    from nlp_bench.plan.corpus import corpus_path
+
+    code = importlib.import_module(f"nlp_bench.spec.{module}")
+    before = validation._digest(corpus_path())
+    changed = tmp_path / f"{module}.py"
+    changed.write_text(Path(code.__file__).read_text().replace("750.5", "760.5") + "\n# changed\n")
+    monkeypatch.setattr(code, "__file__", str(changed))
+    assert validation._digest(corpus_path()) != before
+
+
 @pytest.mark.parametrize("value", [-100, 0, "fast", True])
 def test_a_profile_figure_must_be_a_positive_number(site, value):
     import yaml

@@ -27,7 +27,7 @@ from nlp_bench.errors import PlanError
 from nlp_bench.fsio import write_json_atomic
 from nlp_bench.plan import calibrate, candidate, corpus, memory, timing
 from nlp_bench.plan.corpus import CorpusRow, Ranges, corpus_path, load_corpus, ranges
-from nlp_bench.spec import models
+from nlp_bench.spec import devices, models, systems
 from nlp_bench.spec.models import pad_vocab
 from nlp_bench.spec.systems import systems_dir
 
@@ -159,10 +159,11 @@ def leave_one_source_out(rows: list[CorpusRow],
 
 
 def _digest(path: Path) -> str:
-    """The corpus, the system profiles its rows name and the code: a change to any would change the
-    validation (every profile is read: cheaper than parsing the corpus to pick its few)."""
+    """The corpus, the system profiles its rows name and the code (the device table's measured rates
+    included): a change to any would change the validation (every profile is read: cheaper than parsing the
+    corpus to pick its few)."""
     h = hashlib.sha256(path.read_bytes())
-    for module in (timing, memory, calibrate, candidate, corpus, flops, models, sys.modules[__name__]):
+    for module in (timing, memory, calibrate, candidate, corpus, flops, models, devices, systems, sys.modules[__name__]):
         h.update(Path(module.__file__).read_bytes())
     for profile in sorted(systems_dir().glob("*.yaml")):
         h.update(profile.name.encode() + b"\0" + profile.read_bytes())
