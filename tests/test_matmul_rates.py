@@ -20,7 +20,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "gem
 
 def test_the_rate_is_the_profiles_else_the_device_tables_else_a_stated_share_of_the_peak():
     h100, a100, gh200 = load_system("h100-8"), load_system("selene"), load_system("jupiter")
-    assert h100.matmul_rate() == (750.5, pytest.approx(h100.matmul_rate()[1]))
+    assert h100.matmul_rate()[0] == 750.5
     assert "measured on an H100" in h100.matmul_rate()[1] and h100.matmul_rate(fp8=True)[0] == 1375
     assert replace(h100, device_name="H200-SXM-141GB").matmul_rate()[0] == 795.9
     assert a100.matmul_rate()[0] == 258 and a100.matmul_rate(fp8=True) == (None, "")  # an A100 has no FP8
@@ -35,31 +35,47 @@ def test_the_rate_is_the_profiles_else_the_device_tables_else_a_stated_share_of_
         assert d.matmul_tflops is None or d.matmul_tflops < d.peak_tflops
 
 
-def _work(system, precision="bf16", tp=1):
+def _work(system, precision="bf16", tp=1, flash_attention=True):
     model = get_model("gpt-13b")
-    c = Candidate(1, 8, tp, 1, 1, 8, precision=precision, sequence_parallel=tp > 1)
+    c = Candidate(1, 8, tp, 1, 1, 8, precision=precision, sequence_parallel=tp > 1, flash_attention=flash_attention)
     return model, c, timing.work(model, pad_vocab(model.vocab_size, tp), c, system)
 
 
 def test_gemm_time_follows_the_measured_rate_not_the_peak():
     system = replace(load_system("h100-8"), memory_bandwidth_gbps=1e12)  # element-wise work costs nothing
     eff = timing.Efficiency(gemm_half=8.0)
-    _, _, slow = _work(replace(system, matmul_tflops=400.0))
-    _, _, fast = _work(replace(system, matmul_tflops=800.0, peak_tflops=1.0))
+    # without flash attention every matrix product, the attention core's too, runs at the matmul rate
+    _, _, slow = _work(replace(system, matmul_tflops=400.0), flash_attention=False)
+    _, _, fast = _work(replace(system, matmul_tflops=800.0, peak_tflops=1.0), flash_attention=False)
     assert timing.timed(slow, eff).compute_s == pytest.approx(2 * timing.timed(fast, eff).compute_s, rel=1e-6)
 
 
-@pytest.mark.parametrize("tp, per_hidden", [(1, 16), (2, 10), (8, 5.5)])
+@pytest.mark.parametrize("tp, per_hidden", [(1, 52), (2, 32), (8, 17)])
 def test_fp8_pays_for_casting_each_linear_layers_input_and_output_gradient(tp, per_hidden):
     system = load_system("h100-8")
     model, c, bf16 = _work(system, tp=tp)
     _, _, fp8 = _work(system, "fp8", tp=tp)
-    # GPT (multi-head, GeLU MLP of 4h): inputs h + h/tp + h + 4h/tp, output gradients 3h/tp + h + 4h/tp + h,
-    # 4 bytes each (16-bit read, FP8 written twice: as is and transposed)
-    tokens = c.mbs * model.seq_length
-    assert per_hidden == 4 + 12 / tp
-    extra = model.num_layers * 4 * per_hidden * model.hidden_size * tokens
+    # GPT (multi-head, GeLU MLP of 4h), bytes per token: the fused casts of qkv's, fc1's (h each) and fc2's
+    # (4h/tp) inputs 2 each, the projection's input (h/tp) 4, the output gradients (3h/tp + h + 4h/tp + h) 4:
+    # 12h + 40h/tp
+    extra = model.num_layers * per_hidden * model.hidden_size * c.mbs * model.seq_length
     assert fp8.elementwise_bytes - bf16.elementwise_bytes == pytest.approx(extra, rel=1e-9)
+
+
+@pytest.mark.parametrize("recompute, per_token", [("selective", 233472), ("full", 233472 + 61440)])
+def test_fp8_casts_follow_grouped_query_attention_and_swiglu(recompute, per_token):
+    system = load_system("h100-8")
+    model = get_model("llama3-8b")  # h 4096, 8 groups of 128, ffn 14336 gated
+    c = Candidate(1, 8, 1, 1, 1, 8, recompute=recompute, sequence_parallel=False)
+
+    def elementwise(precision):
+        return timing.work(model, pad_vocab(model.vocab_size, 1), replace(c, precision=precision),
+                           system).elementwise_bytes
+
+    # inputs 2 (4096 + 4096 + 14336) + 4 * 4096 = 61440; gradients 4 (6144 + 4096 + 28672 + 4096) = 172032;
+    # a full recompute casts the inputs again
+    extra = model.num_layers * per_token * model.seq_length
+    assert elementwise("fp8") - elementwise("bf16") == pytest.approx(extra, rel=1e-9)
 
 
 def _script():
@@ -110,3 +126,74 @@ def test_a_profiles_measured_rate_must_be_a_positive_number(site, key):
     data[key] = 640
     profile.write_text(yaml.safe_dump(data))
     assert load_system("h100-8").matmul_rate(fp8=key.endswith("fp8_tflops"))[0] == 640
+
+
+def test_the_attention_rate_is_interpolated_in_log_sequence_and_held_at_the_ends():
+    h100 = load_system("h100-8")
+    table = dict(devices.find_device("H100-SXM-80GB").attention_tflops)
+    assert h100.attention_rate(8192) == table[8192]
+    assert h100.attention_rate(1024) == table[2048] and h100.attention_rate(65536) == table[32768]
+    assert h100.attention_rate(8192 * 2 ** 0.5) == pytest.approx((table[8192] + table[16384]) / 2)
+    assert load_system("selene").attention_rate(8192) is None  # nothing measured on an A100
+    assert load_system("local").attention_rate(8192) is None
+
+
+@pytest.mark.parametrize("cp", [1, 4])
+def test_flash_attention_runs_the_core_at_the_measured_fused_rate(cp):
+    system = load_system("h100-8")
+    model = get_model("llama3-8b")
+    c = Candidate(1, 8, 2, 1, 1, 8, cp=cp)
+    w = timing.work(model, pad_vocab(model.vocab_size, 2), c, system)
+    unfused = timing.work(model, pad_vocab(model.vocab_size, 2), replace(c, flash_attention=False), system)
+    assert w.attention_rate == pytest.approx(system.attention_rate(8192 / cp) * 1e12)
+    # the core: what the stage runs besides its linear layers and the output layer
+    vocab = pad_vocab(model.vocab_size, 2)
+    logits = 6 * c.mbs * model.seq_length * model.hidden_size * vocab / (c.tp * cp)
+    linear = model.num_layers * timing._linear_flops(model, c, 1.0)
+    assert w.attention_flops == pytest.approx(w.flops - logits - linear)
+    assert unfused.attention_flops == 0 and 0 < w.attention_flops < w.flops
+    eff = timing.Efficiency(gemm_half=130.0)
+    curve = eff.gemm * w.side / (w.side + eff.gemm_half)
+    gemms = (w.flops - w.attention_flops) / (w.matmul * curve)
+    core = w.attention_flops / (w.attention_rate * eff.gemm)
+    assert timing.timed(w, eff).compute_s == pytest.approx(gemms + core + w.elementwise_bytes / (w.memory_bandwidth
+                                                                                                 * eff.memory))
+
+
+def test_the_plans_header_names_the_rates_its_gemms_were_timed_against():
+    from nlp_bench.plan.points import Planned
+    from nlp_bench.report.plan_text import render_plan
+
+    model, system = get_model("llama3-8b"), load_system("h100-8")
+    bf16 = render_plan([], [], False, Planned(model, system, Candidate(1, 8, 1, 1, 1, 8)), 5).splitlines()[0]
+    fp8 = render_plan([], [], False, Planned(model, system, Candidate(1, 8, 1, 1, 1, 8, precision="fp8")),
+                      5).splitlines()[0]
+    assert "GEMMs timed against 750.5 TFLOP/s (measured, device table)" in bf16 and "FP8" not in bf16
+    assert "FP8 linear layers against 1375 (measured, device table)" in fp8
+    # a profile whose peak is not the table's is another part: its rate is assumed from its own peak
+    other = render_plan([], [], False, Planned(model, replace(system, peak_tflops=500.0),
+                                               Candidate(1, 8, 1, 1, 1, 8)), 5).splitlines()[0]
+    assert "GEMMs timed against 400 TFLOP/s (0.8 of its peak assumed)" in other
+
+
+def _attention_script():
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "attention_rates.py")
+    spec = importlib.util.spec_from_file_location("attention_rates", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attention_rates_measures_each_backend_that_runs_and_skips_the_others(tmp_path, capsys):
+    module = _attention_script()
+    # Megatron's count: 4·b·s²·h forward, three times that with the backward
+    assert module.megatron_flops(2, 1024, 32, 128) == 3 * 4 * 2 * 1024 ** 2 * 32 * 128
+    out = tmp_path / "attention.json"
+    assert module.main(["--device", "cpu", "--seq", "64,128", "--tokens", "128", "--heads", "4", "--groups", "2",
+                        "--head-dim", "16", "--backends", "math,cudnn", "--repeats", "2", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["backend"], r["seq"]) for r in rows} >= {("math", 64), ("math", 128)}
+    for r in rows:
+        assert r["tflops_megatron"] == pytest.approx(2 * r["seq"] / (r["seq"] + 1) * r["tflops_executed"])
+    assert module.main(["--device", "cpu", "--backends", "triton"]) == 2
+    assert "backends are" in capsys.readouterr().err

@@ -160,8 +160,8 @@ def test_a_system_without_the_figures_is_refused_in_words():
     from nlp_bench.plan import timing
     from nlp_bench.spec.systems import load_system
 
-    bare = replace(load_system("local"), peak_tflops=None, inter_node_gbps=None)
-    with pytest.raises(timing.NotPlannable, match="system 'local' has no peak_tflops, inter_node_gbps"):
+    bare = replace(load_system("local"), peak_tflops=None, matmul_tflops=None, inter_node_gbps=None)
+    with pytest.raises(timing.NotPlannable, match="system 'local' has no peak_tflops or matmul_tflops, inter_node_gbps"):
         ranking.predict(get_model("gpt-tiny"), bare, Candidate(1, 2, 1, 1, 1, 1), timing.Efficiency())
 
 

@@ -1,7 +1,9 @@
-"""The matrix-multiply rate a device reaches on a transformer layer's GEMMs, in BF16 and FP8, by the layer's
-width and tensor-parallel split: the measured figure a system profile cites as `matmul_tflops` /
-`matmul_fp8_tflops` (the planner times GEMMs against it rather than against the datasheet peak, which no
-GEMM reaches and which different devices miss by different amounts).
+"""The matrix-multiply rate a device reaches, in BF16 and FP8: on large square GEMMs (the "best square"
+lines: the figure a system profile gives as `matmul_tflops` / `matmul_fp8_tflops`, which the planner times
+GEMMs against rather than the datasheet peak, which no GEMM reaches and which devices miss by different
+amounts) and on a transformer layer's GEMMs by width and tensor-parallel split (how far below that rate
+narrower GEMMs fall: the planner's GEMM curve; do not give the layer rate as `matmul_tflops`, the curve and
+the fitted GEMM efficiency already take the layer's loss).
 
 A layer is GPT's four linear layers (qkv h -> 3h/tp, projection h/tp -> h, fc1 h -> 4h/tp, fc2 4h/tp -> h),
 each run as Megatron runs it on one device: the forward (tokens x k by k x n), the input gradient and the
@@ -21,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
 import sys
-import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gputime import median_seconds  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:
@@ -42,30 +46,13 @@ def layer_gemms(hidden: int, tp: int, tokens: int) -> list[tuple[int, int, int]]
 
 
 class Timer:
-    """Median seconds of a callable, synchronised with the device."""
+    """Median seconds of a callable on one device (gputime.median_seconds)."""
 
     def __init__(self, device: torch.device, repeats: int) -> None:
         self.device, self.repeats = device, repeats
 
     def __call__(self, fn) -> float:
-        fn()
-        cuda = self.device.type == "cuda"
-        if cuda:
-            torch.cuda.synchronize()
-        times = []
-        for _ in range(self.repeats):
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
-                began = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - began)
-        return statistics.median(times)
+        return median_seconds(fn, self.device, self.repeats)
 
 
 def _operands(dtype: str, m: int, n: int, k: int, device: torch.device):
@@ -150,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"copy {args.copy_mib} MiB: {found['copy_gbps']} GB/s")
     for dtype in dtypes:
         best = max((s["tflops"] for s in found["square"] if s["dtype"] == dtype), default=None)
-        print(f"best square {dtype}: {best} TFLOP/s")
+        key = "matmul_tflops" if dtype == "bf16" else "matmul_fp8_tflops"
+        print(f"best square {dtype}: {best} TFLOP/s  (a system profile's {key})")
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump(found, fh, indent=1)

@@ -4,6 +4,7 @@ do not decide which of two kernels looks faster."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
@@ -42,3 +43,26 @@ def host(run: Callable[[], object], repeats: int = 3) -> float:
         run()
         times.append((time.perf_counter() - start) * 1e3)
     return sorted(times)[len(times) // 2]
+
+
+def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Median seconds of fn() after one warm-up call: CUDA events on a GPU (what the device spent, each
+    call synchronised), the wall clock elsewhere."""
+    fn()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            began = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - began)
+    return statistics.median(times)

@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nlp_bench.errors import PlanError
+from nlp_bench.errors import PlanError, SpecError
 from nlp_bench.paths import reference_dir
 from nlp_bench.plan import memory
 from nlp_bench.plan.candidate import Candidate
-from nlp_bench.spec.models import get_model, pad_vocab
+from nlp_bench.plan.explicit import ROW_PRECISIONS
+from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
 from nlp_bench.spec.switches import RECOMPUTE
 from nlp_bench.spec.yamlio import load_yaml
 
@@ -44,9 +45,14 @@ def outcomes_path() -> Path:
     return reference_dir() / OUTCOMES_FILE
 
 
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
 def _cell(cell: object, where: str) -> tuple[int, int, int, int, int, bool]:
-    if not (isinstance(cell, list) and len(cell) == 6 and all(isinstance(v, int) and v > 0 for v in cell[:5])
-            and (cell[5] is None or isinstance(cell[5], int | float))):
+    if not (isinstance(cell, list) and len(cell) == 6
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in cell[:5])
+            and (cell[5] is None or _positive(cell[5]))):
         raise PlanError(f"{where}: a cell is [tp, cp, pp, micro-batch, GPUs, figure or null], got {cell!r}")
     tp, cp, pp, mbs, gpus, figure = cell
     if gpus % (tp * cp * pp):
@@ -54,25 +60,48 @@ def _cell(cell: object, where: str) -> tuple[int, int, int, int, int, bool]:
     return tp, cp, pp, mbs, gpus, figure is not None
 
 
+def _table(table: object, where: str) -> tuple[ModelSpec, dict]:
+    """The table's model and shared inputs, checked: one PlanError line naming the table for anything amiss."""
+    missing = [k for k in _SHARED if not isinstance(table, dict) or k not in table]
+    if missing:
+        raise PlanError(f"{where}: missing {', '.join(missing)}")
+    wrong = [k for k in ("device_memory_gib", "devices_per_node", "global_batch_size") if not _positive(table[k])]
+    wrong += [k for k in ("devices_per_node", "global_batch_size") if k not in wrong and not isinstance(table[k], int)]
+    if wrong:
+        raise PlanError(f"{where}: {', '.join(wrong)} must be positive (whole numbers but for the memory)")
+    if table["recompute"] not in RECOMPUTE:
+        raise PlanError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}")
+    if table["precision"] not in ROW_PRECISIONS:
+        raise PlanError(f"{where}: precision must be one of {', '.join(ROW_PRECISIONS)}")
+    if not isinstance(table["cells"], list) or not table["cells"]:
+        raise PlanError(f"{where}: cells must be a list of [tp, cp, pp, micro-batch, GPUs, figure or null]")
+    spec = table["model"]
+    if not isinstance(spec, dict) or "preset" not in spec:
+        raise PlanError(f"{where}: model needs a preset (and the fields it overrides)")
+    spec = dict(spec)
+    seq = spec.get("seq_length")
+    try:
+        model = get_model(spec.pop("preset"), **spec, **({"max_position_embeddings": seq} if seq else {}))
+    except SpecError as exc:
+        raise PlanError(f"{where}: {exc}") from None
+    return model, table
+
+
 def load_outcomes(path: Path | None = None) -> Iterator[Outcome]:
     """Every cell of every table, with the memory model's estimate; a table or cell the planner cannot read
     is one error naming it."""
     path = path or outcomes_path()
     data = load_yaml(path, "planner memory outcomes")
-    for i, table in enumerate(data.get("tables") or []):
-        where = f"{path.name} table {table.get('id', i + 1) if isinstance(table, dict) else i + 1}"
-        missing = [k for k in _SHARED if not isinstance(table, dict) or k not in table]
-        if missing:
-            raise PlanError(f"{where}: missing {', '.join(missing)}")
-        if table["recompute"] not in RECOMPUTE:
-            raise PlanError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}")
-        spec = dict(table["model"])
-        if "preset" not in spec:
-            raise PlanError(f"{where}: model needs a preset (and the fields it overrides)")
-        seq = spec.get("seq_length")
-        model = get_model(spec.pop("preset"), **spec, **({"max_position_embeddings": seq} if seq else {}))
+    tables = data.get("tables") if isinstance(data, dict) else None
+    if not isinstance(tables, list) or not tables:
+        raise PlanError(f"{path}: no tables (a list under `tables:`)")
+    for i, raw in enumerate(tables):
+        where = f"{path.name} table {raw.get('id', i + 1) if isinstance(raw, dict) else i + 1}"
+        model, table = _table(raw, where)
         memory_gib, per_node, batch = table["device_memory_gib"], table["devices_per_node"], table["global_batch_size"]
         for k, (tp, cp, pp, mbs, gpus, ran) in enumerate(_cell(c, where) for c in table["cells"]):
+            if gpus > per_node and gpus % per_node:
+                raise PlanError(f"{where}: cell {k + 1}: {gpus} GPUs do not fill nodes of {per_node}")
             dp = gpus // (tp * cp * pp)
             if batch % (dp * mbs):
                 raise PlanError(f"{where}: cell {k + 1}: dp {dp} x micro-batch {mbs} does not divide the batch {batch}")

@@ -101,8 +101,9 @@ def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
 
 
 def check_plannable(system: System) -> None:
-    missing = [k for k in ("peak_tflops", "intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps")
-               if getattr(system, k) is None and (k != "peak_tflops" or system.matmul_tflops is None)]
+    missing = [k for k in ("intra_node_gbps", "inter_node_gbps", "memory_bandwidth_gbps") if getattr(system, k) is None]
+    if system.matmul_rate()[0] is None:
+        missing.insert(0, "peak_tflops or matmul_tflops")
     if missing:
         raise NotPlannable(f"system {system.name!r} has no {', '.join(missing)}: the planner cannot time it")
 
@@ -142,15 +143,17 @@ class Work:
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     latency: float
-    peak: float  # FLOP/s a large GEMM reaches (the measured matmul rate)
+    matmul: float  # FLOP/s a large GEMM reaches (the measured matmul rate, not the datasheet peak)
     memory_bandwidth: float  # bytes/s
-    fp8_flops: float = 0.0  # of `flops`, what runs at the FP8 rate
-    fp8_peak: float = 0.0
+    fp8_flops: float = 0.0  # of `flops`, what runs at the FP8 matmul rate
+    fp8_matmul: float = 0.0
     cp_bytes: float = 0.0  # context parallelism's ring, per micro-batch, sent by each device
     cp_steps: int = 0
     cp_bandwidth: float = 1.0
     cp_hidden_flops: float = 0.0  # the attention core it overlaps with
     tp_overlap: bool = False
+    attention_flops: float = 0.0  # of `flops`, the attention core a fused kernel runs at `attention_rate`
+    attention_rate: float = 1.0  # FLOP/s on Megatron's count
 
 
 def _within_node(system: System, devices: int) -> float:
@@ -185,7 +188,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
     if c.precision == "fp8":
-        elementwise += layers * full * _fp8_cast_bytes(model, c)
+        elementwise += layers * _fp8_cast_bytes(model, c, c.recompute == "full")
 
     collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0)
     tp_fraction, tp_steps = _ring_factor(c.tp, True)
@@ -211,11 +214,12 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         optimizer_bytes=shard * (4 + 4 * 2 + 4 * 2 + 4 * 2) + params * act,
         slots=c.gas + (c.pp - 1) / c.vp, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
         overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
-        latency=(system.link_latency_us or 0.0) * 1e-6, peak=system.matmul_rate()[0] * 1e12,
+        latency=(system.link_latency_us or 0.0) * 1e-6, matmul=system.matmul_rate()[0] * 1e12,
         memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
         fp8_flops=linear_share if c.precision == "fp8" else 0.0,
-        fp8_peak=_fp8_peak(system) if c.precision == "fp8" else 0.0,
+        fp8_matmul=_fp8_matmul(system) if c.precision == "fp8" else 0.0,
         **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
+        **_fused_attention(model, c, system, per_layer * layers - linear_share),
         tp_overlap=c.tp_comm_overlap and c.sequence_parallel and c.tp > 1)
 
 
@@ -228,20 +232,31 @@ def _linear_flops(model: ModelSpec, c: Candidate, full: float) -> float:
     return 6.0 * weights * c.mbs * model.seq_length / c.cp * full / c.tp
 
 
-def _fp8_cast_bytes(model: ModelSpec, c: Candidate) -> float:
-    """One layer's FP8 casts for one micro-batch on one device: each linear layer's input (forward) and its
-    output's gradient (backward) is read in 16 bits and written in FP8, and written once more transposed
-    for the weight-gradient GEMM (4 bytes a value). Inputs: the attention's and the MLP's (whole hidden
-    states on every tp rank), the projection's and the MLP's second layer's (split over tp); gradients the
-    same layers' outputs."""
+def _fp8_cast_bytes(model: ModelSpec, c: Candidate, full: bool) -> float:
+    """One layer's FP8 casts for one micro-batch on one device, as Transformer Engine runs them: each linear
+    layer's input is written in FP8 twice (as is and transposed, for the weight-gradient GEMM), 2 bytes a
+    value where the cast is fused into the op that makes the input (LayerNorm before qkv and fc1, the
+    activation before fc2), 4 (a 16-bit read besides) for the projection's input; each output gradient is
+    read in 16 bits and written twice, 4 bytes. The attention's and the MLP's inputs are whole hidden states
+    on every tp rank, the projection's and fc2's split over tp; full recompute casts the inputs again."""
     h, t = model.hidden_size, c.tp
     qkv = h + 2 * model.query_groups * model.head_dim
     fc1 = model.ffn_hidden_size * (2 if model.swiglu else 1)
-    values = (h + h / t + h + model.ffn_hidden_size / t) + (qkv / t + h + fc1 / t + h)
-    return 4.0 * values * c.mbs * model.seq_length / c.cp
+    inputs = 2 * (h + h + model.ffn_hidden_size / t) + 4 * h / t
+    gradients = 4 * (qkv / t + h + fc1 / t + h)
+    return (inputs * (2 if full else 1) + gradients) * c.mbs * model.seq_length / c.cp
 
 
-def _fp8_peak(system: System) -> float:
+def _fused_attention(model: ModelSpec, c: Candidate, system: System, core_flops: float) -> dict:
+    """Flash attention's core at the rate the device was measured to run a fused causal kernel at (on
+    Megatron's count, which charges the whole score matrix where the kernel computes its lower half: the two
+    do not cancel, a fused kernel outruns the GEMM rate on that count); each rank of a cp group runs it over
+    its own s/cp tokens. Without flash attention, or a measurement, the core is timed as GEMMs."""
+    rate = system.attention_rate(model.seq_length / c.cp) if c.flash_attention else None
+    return {"attention_flops": core_flops, "attention_rate": rate * 1e12} if rate else {}
+
+
+def _fp8_matmul(system: System) -> float:
     rate = system.matmul_rate(fp8=True)[0]
     if rate is None:
         raise NotPlannable(f"system {system.name!r} has no peak_fp8_tflops or matmul_fp8_tflops: the planner "
@@ -268,11 +283,12 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     """The work at the efficiencies' rates."""
     memory_bw = w.memory_bandwidth * eff.memory
     curve = eff.gemm * w.side / (w.side + eff.gemm_half)
-    t_gemm = (w.flops - w.fp8_flops) / (w.peak * curve) + (w.fp8_flops / (w.fp8_peak * curve) if w.fp8_flops else 0.0)
+    t_gemm = (w.flops - w.fp8_flops - w.attention_flops) / (w.matmul * curve) + \
+        (w.fp8_flops / (w.fp8_matmul * curve) if w.fp8_flops else 0.0) + w.attention_flops / (w.attention_rate * eff.gemm)
     t_compute = t_gemm + w.elementwise_bytes / memory_bw
     if w.cp_bytes:
         t_ring = w.cp_bytes / (w.cp_bandwidth * eff.network) + w.cp_steps * w.latency
-        t_compute += max(0.0, t_ring - w.cp_hidden_flops / (w.peak * curve))
+        t_compute += max(0.0, t_ring - w.cp_hidden_flops / (w.matmul * curve))
     t_tp = w.tp_bytes / (w.tp_bandwidth * eff.network) + w.tp_steps * w.latency
     if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
         t_tp = max(0.0, t_tp - t_gemm)

@@ -47,6 +47,9 @@ def _basis(calibrated: bool, base, width: int | None = None) -> str:
               else "device memory not in the profile")
     rate, source = base.system.matmul_rate()
     gemms = f"; GEMMs timed against {rate:g} TFLOP/s ({_short(source)})" if rate is not None else ""
+    fp8, fp8_source = base.system.matmul_rate(fp8=True)
+    if base.candidate.precision == "fp8" and fp8 is not None:
+        gemms += f", FP8 linear layers against {fp8:g} ({_short(fp8_source)})"
     return wrap(f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
                 f"{base.system.device_name or base.system.device}, {memory}); predictions {how}{gemms}", width) + "\n"
 

@@ -35,6 +35,9 @@ class Device:
     matmul_tflops: float | None = None  # measured dense BF16 GEMM rate (see above)
     matmul_fp8_tflops: float | None = None  # measured dense FP8 (E4M3) GEMM rate
     matmul_source: str = ""
+    #: measured causal attention, forward and backward, in TFLOP/s on Megatron's count of its FLOPs (the whole
+    #: s x s scores), by sequence length: (sequence, rate) pairs, rising; empty where nothing was measured
+    attention_tflops: tuple[tuple[int, float], ...] = ()
 
 
 #: The share of the datasheet peak a large GEMM is taken to reach where nothing was measured: the A100's,
@@ -51,6 +54,10 @@ _H200_MEASURED = ("measured on an H200 SXM 141GB (700 W) with benchmark/perf/gem
                   "2026-11-26: the best of square GEMMs of side 4096, 8192 and 16384 on random operands (BF16 "
                   "795.9 at 8192, 746.3 at 16384; FP8 E4M3 by torch._scaled_mm 1349 at 16384); the same die as the "
                   "H100: their layer-shaped GEMMs agree within 2%, the best squares within 6%")
+#: benchmark/perf/attention_rates.py, 2026-11-26, torch 2.11.0+cu130: torch's cuDNN attention (the fused
+#: kernel Transformer Engine runs on Hopper), bf16, causal, 32 heads in 8 groups of dim 128, 16384 tokens
+_H100_ATTENTION = ((2048, 639.1), (4096, 798.9), (8192, 894.6), (16384, 913.3), (32768, 960.6))
+_H200_ATTENTION = ((2048, 663.3), (4096, 826.8), (8192, 908.4), (16384, 902.3), (32768, 936.5))
 _A100_MEASURED = ("H. He, 'Strangely, matrix multiplications on GPUs run faster when given predictable data' "
                   "(2024): 258 TFLOP/s BF16 at 8192 cubed on random operands through torch and cuBLAS; S. Bekman, "
                   "ml-engineering, maximum achievable matmul FLOPS table: 271 at the best shape a search found")
@@ -62,14 +69,14 @@ DEVICES: tuple[Device, ...] = (
            "bidirectional); dense BF16 as for H100 SXM"),
     Device("h200", "H200-SXM-141GB", "nvidia", r"h200", 989, 141, 4800, 450,
            "NVIDIA H200 Tensor Core GPU datasheet (SXM: 141 GB HBM3e at 4.8 TB/s, BF16 1979 TFLOP/s with "
-           "sparsity, NVLink 900 GB/s bidirectional)", 795.9, 1349, _H200_MEASURED),
+           "sparsity, NVLink 900 GB/s bidirectional)", 795.9, 1349, _H200_MEASURED, _H200_ATTENTION),
     Device("h100-pcie", "H100-PCIe-80GB", "nvidia", r"h100.*pcie|h100pcie", 756, 80, 2000, None,
            "NVIDIA H100 Tensor Core GPU datasheet (PCIe: BF16 1513 TFLOP/s with sparsity, 80 GB HBM2e at 2 TB/s)"),
     Device("h100-nvl", "H100-NVL-94GB", "nvidia", r"h100.*nvl|h100nvl", 835, 94, 3900, None,
            "NVIDIA H100 Tensor Core GPU datasheet (NVL: BF16 1671 TFLOP/s with sparsity, 94 GB HBM3 at 3.9 TB/s)"),
     Device("h100", "H100-SXM-80GB", "nvidia", r"h100", 989, 80, 3350, 450,
            "NVIDIA H100 Tensor Core GPU datasheet (SXM: BF16 1979 TFLOP/s with sparsity, 80 GB HBM3 at "
-           "3.35 TB/s, NVLink 900 GB/s bidirectional)", 750.5, 1375, _H100_MEASURED),
+           "3.35 TB/s, NVLink 900 GB/s bidirectional)", 750.5, 1375, _H100_MEASURED, _H100_ATTENTION),
     Device("a100-80", "A100-SXM4-80GB", "nvidia", r"a100.*80", 312, 80, 2039, 300,
            "NVIDIA A100 Tensor Core GPU datasheet (80 GB SXM: 2039 GB/s HBM2e; NVLink 600 GB/s bidirectional)",
            258, None, _A100_MEASURED),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,21 +88,41 @@ class System:
 
     def matmul_rate(self, fp8: bool = False) -> tuple[float | None, str]:
         """(TFLOP/s, where it comes from) of a large GEMM in 16 bits or FP8: the profile's measurement, the
-        device table's, or where neither has one, devices.MATMUL_FRACTION (MATMUL_FP8_FRACTION) of the peak;
-        None where the profile has no peak either."""
+        device table's (where the profile's peak is the table's: a profile with another peak is another part
+        or clock), or where neither has one, devices.MATMUL_FRACTION (MATMUL_FP8_FRACTION) of the peak; None
+        where the profile has no peak either."""
         from nlp_bench.spec import devices
 
         key = "matmul_fp8_tflops" if fp8 else "matmul_tflops"
         if getattr(self, key) is not None:
             return getattr(self, key), self.sources.get(key, f"the profile's {key}")
         device = devices.find_device(self.device_name) if self.device == "cuda" else None
-        if device is not None and getattr(device, key) is not None:
+        same = device is not None and self.peak_tflops in (None, device.peak_tflops)  # not another part or clock
+        if same and getattr(device, key) is not None:
             return getattr(device, key), f"{device.name}: {device.matmul_source} (device table)"
         peak = self.peak_fp8_tflops if fp8 else self.peak_tflops
         fraction = devices.MATMUL_FP8_FRACTION if fp8 else devices.MATMUL_FRACTION
         if peak is None:
             return None, ""
         return peak * fraction, f"no measured GEMM rate for {self.device_name or self.name}: {fraction:g} of its peak assumed"
+
+    def attention_rate(self, seq: float) -> float | None:
+        """TFLOP/s (on Megatron's count) of a fused causal attention kernel over `seq` tokens on this device,
+        interpolated in log2(seq) between the device table's measurements and held at their ends; None
+        where the device has none (the planner then times the attention core as GEMMs)."""
+        from nlp_bench.spec import devices
+
+        device = devices.find_device(self.device_name) if self.device == "cuda" else None
+        same = device is not None and self.peak_tflops in (None, device.peak_tflops)
+        points = device.attention_tflops if same else ()
+        if not points:
+            return None
+        if seq <= points[0][0]:
+            return points[0][1]
+        for (s0, r0), (s1, r1) in itertools.pairwise(points):
+            if seq <= s1:
+                return r0 + (r1 - r0) * math.log2(seq / s0) / math.log2(s1 / s0)
+        return points[-1][1]
 
     @property
     def partition(self) -> str:
