@@ -65,11 +65,11 @@ def test_leave_one_source_out_errors(trust, rows):
     assert trust.median_abs_error == statistics.median(errors)
     # Measured on whole held-out publications, fitted only on rows that state every input (2026-11-26, GEMMs
     # and fused attention timed against each device's measured rates, FP8 casts counted, constants held near
-    # what a device measures: 50 rows of 10 publications, median 7.5%, largest 35.9%, 84% inside the others'
-    # intervals, mean half-width ±20.1%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep
+    # what the hardware measures: 50 rows of 10 publications, median 7.5%, largest 32.9%, 84% inside the
+    # others' intervals, mean half-width ±20.1%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep
     # a change from making it worse.
     assert trust.median_abs_error <= 0.08
-    assert trust.max_abs_error <= 0.40
+    assert trust.max_abs_error <= 0.36
     assert trust.coverage >= 0.82
     assert trust.mean_half_width <= 0.21
     assert trust.error_low < 0 < trust.error_high
@@ -141,10 +141,10 @@ def test_constants_few_rows_leave_free_stay_near_what_the_device_measured():
     free = calibrate.fit(predict, measured, ["one"])
     held = calibrate.fit(predict, measured, ["one"], prior=calibrate.PRIOR)
     # one row cannot pin four constants: unheld, the GEMM curve's half size wanders far from anything
-    # measured; held, each constant lands within a factor 1.5 of the prior
+    # measured; held, each constant lands within a factor 2 of the prior
     assert not 1 / 3 < free.efficiency.gemm_half / calibrate.PRIOR["gemm_half"] < 3
     for key, value in calibrate.PRIOR.items():
-        assert 1 / 1.5 < getattr(held.efficiency, key) / value < 1.5, key
+        assert 1 / 2 < getattr(held.efficiency, key) / value < 2, key
     # the reported error is the row's alone, not the prior's pull
     row_only = math.sqrt(math.log(predict(held.efficiency)[0] / measured[0]) ** 2)
     assert held.rms_log_error == pytest.approx(row_only, rel=1e-9)

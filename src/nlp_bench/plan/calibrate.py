@@ -7,8 +7,8 @@ physical fractions, bounded by 1; a fit that ends on that bound wanted more, and
 time model it cannot explain (the rows were faster than that term allows). A GEMM half size on its lower
 bound says the rows gave no evidence that narrower GEMMs run slower.
 
-The corpus fit (plan.validation) fits all four constants on published measurements, held near what a
-device measures of them (PRIOR, weighed by PRIOR_WEIGHT): with a publication held out, as few as three rows
+The corpus fit (plan.validation) fits all four constants on published measurements, held near what the
+hardware measures of them (PRIOR, weighed by PRIOR_WEIGHT): with a publication held out, as few as three rows
 may remain, too few to pin four constants, and a constant the rows leave free should stay where the
 hardware puts it rather than wander to a bound. A system's own
 calibration (`bench plan calibrate`) starts from it and refits as many efficiencies as its runs can
@@ -40,11 +40,16 @@ UNEXPLAINED = {
 FLAT_GEMMS = ("these rows show no loss for narrower GEMMs (the narrower ran no slower per FLOP), so the curve is flat: "
               "one GEMM efficiency for every size")
 SYSTEM_FREE = ("gemm", "gemm_half", "network", "memory")  # refitted on a system's own runs, in this order
-#: The constants a single device measures (benchmark/perf/gemm_rates.py on an H100 and an H200, 2026-11-26;
-#: benchmark/perf/measured/): a layer's GEMMs at 8192 tokens follow rate · d / (d + half) with rate 0.95 and
-#: 0.89 of the best square GEMM (the matmul rate the time model divides by) and half 148 and 92; a large copy
-#: moves 0.90 and 0.84 of the nominal memory bandwidth. The network's share needs two devices: no prior.
-PRIOR = {"gemm": 0.92, "gemm_half": 120.0, "memory": 0.87}
+#: What the hardware measures of the constants. One device (benchmark/perf/gemm_rates.py on an H100 and an
+#: H200, 2026-11-26; benchmark/perf/measured/): a layer's GEMMs at 8192 tokens follow rate · d / (d + half)
+#: with rate 0.95 and 0.89 of the best square GEMM (the matmul rate the time model divides by) and half 148
+#: and 92; a large copy moves 0.90 and 0.84 of the nominal memory bandwidth. The network: published
+#: nccl-tests ring all-reduce bus bandwidth inside a node, 230-232 of 300 GB/s on 8 A100s and 365-370 of 450
+#: on 8 H100s or H200s (NVIDIA GTC24 S62129 "Collective Communication Bandwidth"; S. Jeaugey, NVIDIA/nccl-tests
+#: issues 149 and 212; Azure AI-benchmarking-guide, ND A100 v4 231.6 at 8 GB); across nodes 0.93-0.96 of the
+#: InfiniBand line rate (192 of 200 GB/s, DGX A100, NVIDIA/nccl issue 812), but tensor parallelism's traffic,
+#: the most of what the corpus moves, stays inside nodes: 0.8.
+PRIOR = {"gemm": 0.92, "gemm_half": 120.0, "memory": 0.87, "network": 0.8}
 #: How much the prior weighs: a constant a factor e from it costs as much as one row missed by 10%.
 PRIOR_WEIGHT = 0.01
 
