@@ -197,3 +197,16 @@ def test_attention_rates_measures_each_backend_that_runs_and_skips_the_others(tm
         assert r["tflops_megatron"] == pytest.approx(2 * r["seq"] / (r["seq"] + 1) * r["tflops_executed"])
     assert module.main(["--device", "cpu", "--backends", "triton"]) == 2
     assert "backends are" in capsys.readouterr().err
+
+
+def test_the_context_ring_hides_behind_the_fused_core_as_fast_as_that_runs():
+    system = load_system("h100-8")
+    model = get_model("llama3-8b")
+    w = timing.work(model, pad_vocab(model.vocab_size, 2), Candidate(1, 8, 2, 1, 1, 8, cp=4), system)
+    eff = timing.Efficiency(gemm_half=130.0)
+    core = w.attention_flops / (w.attention_rate * eff.gemm)
+    fast = timing.timed(replace(w, cp_bandwidth=1e18), eff).compute_s
+    ring = w.cp_steps * w.latency + w.cp_bytes / (1e9 * eff.network)
+    slow = timing.timed(replace(w, cp_bandwidth=1e9), eff).compute_s
+    assert ring > core > 0
+    assert slow == pytest.approx(fast + ring - core, rel=1e-9)  # only what outlasts the core is added

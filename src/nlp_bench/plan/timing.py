@@ -10,7 +10,9 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         fraction of its full rate that grows with its smallest side and saturates (NVIDIA, "Matrix Multiplication
         Background User's Guide": tile quantisation and arithmetic intensity; Megatron-LM's README: "larger
         GEMMs have higher arithmetic intensity"); `gemm` (the asymptote) and `gemm_half` (the side at which
-        half of it is reached) are fitted on the validation corpus. `matmul` is the rate a large GEMM was
+        half of it is reached) are fitted on the validation corpus. With flash attention on a device whose
+        fused causal kernel was measured (System.attention_rate), the attention core runs at that rate
+        times `gemm` instead. `matmul` is the rate a large GEMM was
         measured to reach on the device (System.matmul_rate; FP8's for the linear layers of an FP8 run), not
         the datasheet peak: devices fall short of their peaks by different amounts, so only a rate measured
         on each lets constants fitted on one device's runs predict another's. Element-wise work (LayerNorms,
@@ -283,12 +285,13 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     """The work at the efficiencies' rates."""
     memory_bw = w.memory_bandwidth * eff.memory
     curve = eff.gemm * w.side / (w.side + eff.gemm_half)
+    t_core = w.attention_flops / (w.attention_rate * eff.gemm)  # 0 where the core is timed as GEMMs
     t_gemm = (w.flops - w.fp8_flops - w.attention_flops) / (w.matmul * curve) + \
-        (w.fp8_flops / (w.fp8_matmul * curve) if w.fp8_flops else 0.0) + w.attention_flops / (w.attention_rate * eff.gemm)
+        (w.fp8_flops / (w.fp8_matmul * curve) if w.fp8_flops else 0.0) + t_core
     t_compute = t_gemm + w.elementwise_bytes / memory_bw
-    if w.cp_bytes:
+    if w.cp_bytes:  # the ring hides behind the attention core, as fast as that runs
         t_ring = w.cp_bytes / (w.cp_bandwidth * eff.network) + w.cp_steps * w.latency
-        t_compute += max(0.0, t_ring - w.cp_hidden_flops / (w.matmul * curve))
+        t_compute += max(0.0, t_ring - (t_core or w.cp_hidden_flops / (w.matmul * curve)))
     t_tp = w.tp_bytes / (w.tp_bandwidth * eff.network) + w.tp_steps * w.latency
     if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
         t_tp = max(0.0, t_tp - t_gemm)
