@@ -86,6 +86,14 @@ class System:
             return f"{device.source} (device table)"
         return None
 
+    def _table_entry(self):
+        """The device table's entry for this profile's device, where the profile's peak is the table's (a
+        profile with another peak is another part or clock, whose measurements the table does not hold)."""
+        from nlp_bench.spec import devices
+
+        device = devices.find_device(self.device_name) if self.device == "cuda" else None
+        return device if device is not None and self.peak_tflops in (None, device.peak_tflops) else None
+
     def matmul_rate(self, fp8: bool = False) -> tuple[float | None, str]:
         """(TFLOP/s, where it comes from) of a large GEMM in 16 bits or FP8: the profile's measurement, the
         device table's (where the profile's peak is the table's: a profile with another peak is another part
@@ -96,9 +104,8 @@ class System:
         key = "matmul_fp8_tflops" if fp8 else "matmul_tflops"
         if getattr(self, key) is not None:
             return getattr(self, key), self.sources.get(key, f"the profile's {key}")
-        device = devices.find_device(self.device_name) if self.device == "cuda" else None
-        same = device is not None and self.peak_tflops in (None, device.peak_tflops)  # not another part or clock
-        if same and getattr(device, key) is not None:
+        device = self._table_entry()
+        if device is not None and getattr(device, key) is not None:
             return getattr(device, key), f"{device.name}: {device.matmul_source} (device table)"
         peak = self.peak_fp8_tflops if fp8 else self.peak_tflops
         fraction = devices.MATMUL_FP8_FRACTION if fp8 else devices.MATMUL_FRACTION
@@ -110,11 +117,8 @@ class System:
         """TFLOP/s (on Megatron's count) of a fused causal attention kernel over `seq` tokens on this device,
         interpolated in log2(seq) between the device table's measurements and held at their ends; None
         where the device has none (the planner then times the attention core as GEMMs)."""
-        from nlp_bench.spec import devices
-
-        device = devices.find_device(self.device_name) if self.device == "cuda" else None
-        same = device is not None and self.peak_tflops in (None, device.peak_tflops)
-        points = device.attention_tflops if same else ()
+        device = self._table_entry()
+        points = device.attention_tflops if device is not None else ()
         if not points:
             return None
         if seq <= points[0][0]:
