@@ -252,7 +252,7 @@ def test_the_kept_validation_is_redone_when_the_device_table_or_its_lookup_chang
     code = importlib.import_module(f"nlp_bench.spec.{module}")
     before = validation._digest(corpus_path())
     changed = tmp_path / f"{module}.py"
-    changed.write_text(Path(code.__file__).read_text().replace("750.5", "760.5") + "\n# changed\n")
+    changed.write_text(Path(code.__file__).read_text() + "\n# changed\n")  # any edit to the module
     monkeypatch.setattr(code, "__file__", str(changed))
     assert validation._digest(corpus_path()) != before
 
