@@ -279,3 +279,44 @@ def test_a_space_without_a_layout_says_why_and_fails(tmp_path, pins, reason):
     out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path), "plan", "--tag", "175", *pins])
     assert out.exit_code == 2 and "no layout of gpt-175b on juwels-booster in this space" in out.output
     assert reason in out.output and len(out.output.strip().splitlines()) == 1
+
+
+def test_full_recompute_runs_the_layers_forward_again_not_the_output_layers():
+    from nlp_bench import flops
+    from nlp_bench.plan import timing
+
+    m = get_model("gpt-13b")
+    vocab = pad_vocab(m.vocab_size, 2)
+    c = Candidate(8, 4, 2, 4, 1, 16, recompute="full")
+    model_flops = flops.megatron_model_flops(m.flops_shape(c.global_batch_size, vocab))
+    logits = 6.0 * c.global_batch_size * m.seq_length * m.hidden_size * vocab
+    # Megatron checkpoints the transformer layers; the output layer's forward is not repeated
+    assert timing.hardware_flops(m, vocab, c) == pytest.approx(model_flops + (model_flops - logits) / 3)
+
+
+@pytest.mark.parametrize("precision, per_weight", [("bf16", 2 + 4 + 4), ("fp16", 2 + 2 + 2)])
+def test_unfused_gradient_accumulation_adds_a_read_modify_write_of_the_main_gradients(precision, per_weight):
+    """Without --gradient-accumulation-fusion each micro-batch's weight gradient is written in 16 bits and added
+    into the main gradients (fp32 with bf16, 16-bit with fp16, as Megatron keeps them) by a separate pass."""
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.systems import load_system
+
+    m, system = get_model("gpt-13b"), load_system("juwels-booster")
+    vocab = pad_vocab(m.vocab_size, 2)
+    fused = Candidate(8, 4, 2, 4, 1, 16, precision=precision)
+    unfused = Candidate(8, 4, 2, 4, 1, 16, precision=precision, gradient_accumulation_fusion=False)
+    extra = timing.work(m, vocab, unfused, system).elementwise_bytes - timing.work(m, vocab, fused, system).elementwise_bytes
+    assert extra == pytest.approx(memory.parameters_on_most_loaded_shard(m, vocab, fused) * per_weight)
+    eff = timing.Efficiency()
+    assert timing.estimate(m, vocab, unfused, system, eff).iteration_s > timing.estimate(m, vocab, fused, system, eff).iteration_s
+
+
+def test_the_flag_that_turns_gradient_accumulation_fusion_off_reaches_the_plan():
+    from nlp_bench.plan import points
+    from nlp_bench.spec.switches import decode
+
+    assert decode({}).gradient_accumulation_fusion and not decode({"no-gradient-accumulation-fusion": True}).gradient_accumulation_fusion
+    layout = {"nodes": 8, "devices_per_node": 4, "tp": 2, "pp": 4, "mbs": 1, "gas": 16}
+    m = get_model("gpt-13b")
+    assert points.candidate(layout, {}, m).gradient_accumulation_fusion
+    assert not points.candidate(layout, {"no-gradient-accumulation-fusion": True}, m).gradient_accumulation_fusion

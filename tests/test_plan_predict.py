@@ -99,6 +99,8 @@ def test_a_stated_layout_is_predicted_as_the_tag_with_the_same_layout_is(bench, 
      "precision must be one of bf16, fp16, fp8"),
     ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "tp": 8, "global_batch_size": 8,
       "tp_comm_overlap": True}, "tp_comm_overlap needs sequence_parallel"),
+    ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "global_batch_size": 8,
+      "gradient_accumulation_fusion": "no"}, "gradient_accumulation_fusion"),
 ])
 def test_a_faulty_row_is_one_line_naming_the_file_and_the_row(tmp_path, row, needle):
     from conftest import run_bench
@@ -203,6 +205,13 @@ def test_tensor_parallel_overlap_hides_collectives_behind_the_gemms(bench, tmp_p
     assert found["overlap"]["tokens_per_s"] > found["plain"]["tokens_per_s"]
     assert found["overlap"]["memory_gib"] == found["plain"]["memory_gib"]
     assert "tensor-parallel communication overlap not in the corpus" in found["overlap"]["outside_corpus"]
+
+
+def test_unfused_gradient_accumulation_costs_a_pass_over_the_weight_gradients(bench, tmp_path):
+    row = {**BASE, "id": "fused"}
+    found = _predict(bench, tmp_path, [row, {**row, "id": "unfused", "gradient_accumulation_fusion": False}])
+    assert found["unfused"]["tokens_per_s"] < found["fused"]["tokens_per_s"]
+    assert found["unfused"]["memory_gib"] == found["fused"]["memory_gib"]
 
 
 def test_predict_takes_no_option_the_rows_would_contradict(bench, tmp_path):

@@ -63,15 +63,15 @@ def test_leave_one_source_out_errors(trust, rows):
     assert len(trust.checked) == len(rows)
     errors = [abs(c.error) for c in trust.checked]
     assert trust.median_abs_error == statistics.median(errors)
-    # Measured on whole held-out publications, fitted only on rows that state every input (2026-11-26, GEMMs
-    # and fused attention timed against each device's measured rates, FP8 casts counted, constants held near
-    # what the hardware measures: 50 rows of 10 publications, median 7.5%, largest 32.9%, 84% inside the
-    # others' intervals, mean half-width ±20.1%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep
-    # a change from making it worse.
-    assert trust.median_abs_error <= 0.08
-    assert trust.max_abs_error <= 0.36
+    # Measured on whole held-out publications, fitted only on rows that state every input (2026-11-27, GEMMs
+    # and fused attention timed against each device's measured rates, FP8 casts counted, unfused gradient
+    # accumulation where the row's software ran it, constants held near what the hardware measures: 50 rows
+    # of 10 publications, median 7.9%, largest 22.4%, 84% inside the others' intervals, mean half-width
+    # ±21.1%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep a change from making it worse.
+    assert trust.median_abs_error <= 0.085
+    assert trust.max_abs_error <= 0.25
     assert trust.coverage >= 0.82
-    assert trust.mean_half_width <= 0.21
+    assert trust.mean_half_width <= 0.22
     assert trust.error_low < 0 < trust.error_high
     assert trust.publications == len({r.publication for r in rows}) >= 10
     # the fit never sees a row with an assumed input

@@ -26,6 +26,9 @@ class Candidate(Layout):
     first_stage_layers: int | None = None  # Megatron's --decoder-first-pipeline-num-layers
     last_stage_layers: int | None = None  # --decoder-last-pipeline-num-layers
     tp_comm_overlap: bool = False  # --tp-comm-overlap: tensor-parallel collectives behind the GEMMs
+    #: the weight-gradient GEMMs add into the main gradients themselves (Megatron's default since 2022;
+    #: off with --no-gradient-accumulation-fusion, and in Megatron before it, or DeepSpeed)
+    gradient_accumulation_fusion: bool = True
 
     @property
     def dp(self) -> int:

@@ -3,7 +3,7 @@
 Per micro-batch and pipeline stage (L/pp layers, on one device):
 
     t_compute = hardware FLOPs / (matmul · gemm · d / (d + gemm_half)) + element-wise bytes / (memory bw · memory)
-        hardware FLOPs: Megatron's model FLOPs, plus one more forward with full recompute, or the
+        hardware FLOPs: Megatron's model FLOPs, plus the layers' forward again with full recompute, or the
         attention core's forward again with selective recompute; the stage that runs the output layer
         (the last, with pp > 1) is the one the pipeline waits for. d is the smallest side of the layer's
         matrix products on one device (h/tp, or mbs·s when smaller). The curve's form: a GEMM reaches a
@@ -18,7 +18,10 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         on each lets constants fitted on one device's runs predict another's. Element-wise work (LayerNorms,
         dropouts, GeLU, softmax, residual adds) is memory-bound: it touches each activation Korthikanti
         et al. count (plan.memory, nothing recomputed) three times (written in the forward, read in the
-        backward, its gradient written), four with full recompute.
+        backward, its gradient written), four with full recompute. Without gradient-accumulation fusion
+        (--no-gradient-accumulation-fusion; Megatron before 2022, DeepSpeed) each micro-batch's weight
+        gradients are also read back in 16 bits and added into the main gradients, read and written, in a
+        pass of their own; with it the GEMM does that add in its epilogue.
     t_tp = (L/pp) · k · ring all-reduce of the mbs·s·h activations over tp devices, where k counts the
         collectives the layer waits for: the forward's two (four with full recompute: the forward runs
         twice), and under sequence parallelism one of the backward's (its two row-parallel all-gathers;
@@ -90,13 +93,20 @@ class NotPlannable(ValueError):
     """The system profile lacks a figure the time model needs."""
 
 
+def _logits_flops(model: ModelSpec, vocab_padded: int, sequences: float) -> float:
+    """The output layer's FLOPs, forward and backward, for `sequences` sequences."""
+    return 6.0 * sequences * model.seq_length * model.hidden_size * vocab_padded
+
+
 def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
-    """FLOPs one iteration executes: Megatron's model FLOPs plus what recompute repeats."""
+    """FLOPs one iteration executes: Megatron's model FLOPs plus what recompute repeats. Full recompute runs
+    the transformer layers' forward again, not the output layer's (it lies outside the checkpointed layers;
+    Narayanan et al.'s count charges it once too)."""
     shape = model.flops_shape(c.global_batch_size, vocab_padded)
     model_flops = flops.megatron_model_flops(shape)
     b, s, h, n = c.global_batch_size, model.seq_length, model.hidden_size, model.num_layers
     if c.recompute == "full":
-        return model_flops * 4 / 3  # one more forward
+        return model_flops + (model_flops - _logits_flops(model, vocab_padded, b)) / 3  # the layers' forward again
     if c.recompute == "selective":
         return model_flops + 2.0 * b * s * s * h * n  # the attention core's forward again
     return model_flops
@@ -176,7 +186,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
 
     full = 4 / 3 if c.recompute == "full" else 1.0
     # one micro-batch on one device: the layers' share of each, and the output layer's (on the last stage)
-    logits = 6.0 * c.mbs * s * h * vocab_padded * full / (c.tp * c.cp)
+    logits = _logits_flops(model, vocab_padded, c.mbs) / (c.tp * c.cp)
     all_layers = hardware_flops(model, vocab_padded, c) / (c.weight_replicas * c.gas * c.tp) - logits
     per_layer = all_layers / model.num_layers
     first, middle, last = c.stage_layers(model.num_layers)
@@ -191,12 +201,14 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
     if c.precision == "fp8":
         elementwise += layers * _fp8_cast_bytes(model, c, c.recompute == "full")
+    params = parameters_on_most_loaded_shard(model, vocab_padded, c)
+    if not c.gradient_accumulation_fusion:
+        elementwise += params * (act + 2 * grad)
 
     collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0)
     tp_fraction, tp_steps = _ring_factor(c.tp, True)
     tokens = c.mbs * s / c.cp  # one micro-batch's tokens on one rank of the cp group
 
-    params = parameters_on_most_loaded_shard(model, vocab_padded, c)
     replicas = c.weight_replicas
     if c.distributed_optimizer:
         (reduce_fraction, reduce_steps), (gather_fraction, gather_steps) = (_ring_factor(replicas, False),) * 2
