@@ -320,3 +320,19 @@ def test_the_flag_that_turns_gradient_accumulation_fusion_off_reaches_the_plan()
     m = get_model("gpt-13b")
     assert points.candidate(layout, {}, m).gradient_accumulation_fusion
     assert not points.candidate(layout, {"no-gradient-accumulation-fusion": True}, m).gradient_accumulation_fusion
+
+
+@pytest.mark.parametrize("precision, per_shard_weight, per_weight", [
+    ("bf16", 4 + 28 + 6, 4),  # norm read, Adam, fp32 -> bf16 copy; fp32 main gradients zeroed
+    ("fp16", 6 + 8 + 4 + 28 + 6, 2),  # and fp16's copy to fp32 and unscale; 16-bit main gradients zeroed
+])
+def test_the_optimizer_step_streams_each_pass_megatron_runs(precision, per_shard_weight, per_weight):
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.systems import load_system
+
+    m, system = get_model("gpt-13b"), load_system("juwels-booster")
+    vocab = pad_vocab(m.vocab_size, 2)
+    c = Candidate(8, 4, 2, 4, 1, 16, precision=precision, distributed_optimizer=True)
+    params = memory.parameters_on_most_loaded_shard(m, vocab, c)
+    assert timing.work(m, vocab, c, system).optimizer_bytes == pytest.approx(
+        params / c.dp * per_shard_weight + params * per_weight)

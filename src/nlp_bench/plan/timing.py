@@ -46,8 +46,8 @@ The data-parallel terms: the gradient reduce-scatter (fp32 with bf16 or fp32 tra
 fp16, as Megatron accumulates them) and the distributed optimizer's parameter all-gather (16-bit), or one
 all-reduce without it, over the network share of each device (a node's devices all reduce at once).
 With --overlap-grad-reduce only what outlasts the last micro-batch's backward is exposed, with
---overlap-param-gather only what outlasts its forward; without them, all of it. t_optimizer: Adam
-streams its state through device memory.
+--overlap-param-gather only what outlasts its forward; without them, all of it. t_optimizer: the
+optimizer step's passes over its gradients, weights and moments, each through device memory.
 
 `network` (the fraction of nominal link bandwidth collectives reach) and `memory` are fitted with the two
 GEMM constants (plan.calibrate); every fitted efficiency lies in (0, 1].
@@ -224,8 +224,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         reduce_bytes=reduce_fraction * params * grad, reduce_steps=reduce_steps,
         gather_bytes=gather_fraction * params * act, gather_steps=gather_steps,
         dp_bandwidth=_within_node(system, replicas) if c.world <= dpn else inter / dpn,
-        # gradient read; fp32 master and two moments read and written; the 16-bit weights written
-        optimizer_bytes=shard * (4 + 4 * 2 + 4 * 2 + 4 * 2) + params * act,
+        optimizer_bytes=_optimizer_bytes(params, shard, c.precision, act, grad),
         slots=c.gas + (c.pp - 1) / c.vp, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
         overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
         latency=(system.link_latency_us or 0.0) * 1e-6, matmul=system.matmul_rate()[0] * 1e12,
@@ -235,6 +234,16 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
         **_fused_attention(model, c, system, per_layer * layers - linear_share),
         tp_overlap=c.tp_comm_overlap and c.sequence_parallel and c.tp > 1)
+
+
+def _optimizer_bytes(params: float, shard: float, precision: str, act: int, grad: int) -> float:
+    """Bytes Megatron's optimizer step moves through one device's memory (its mixed-precision optimizer,
+    each pass a kernel of its own): on the device's shard, with fp16 the 16-bit gradients copied to fp32 and
+    unscaled (2 + 4, then 4 + 4), the gradient norm read (4), Adam reading the fp32 weight, gradient and two
+    moments and writing weight and moments (28), and the fp32 weights copied to the 16-bit ones (4 + 2);
+    then every weight's main gradient zeroed for the next iteration."""
+    step = 4 + 28 + (4 + act if precision != "fp32" else 0) + (14 if precision == "fp16" else 0)
+    return shard * step + params * grad
 
 
 def _linear_flops(model: ModelSpec, c: Candidate, full: float) -> float:
