@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -336,3 +337,21 @@ def test_the_optimizer_step_streams_each_pass_megatron_runs(precision, per_shard
     params = memory.parameters_on_most_loaded_shard(m, vocab, c)
     assert timing.work(m, vocab, c, system).optimizer_bytes == pytest.approx(
         params / c.dp * per_shard_weight + params * per_weight)
+
+
+def test_without_the_asynchronous_all_reduce_the_backward_waits_for_two_more_collectives():
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.switches import decode
+    from nlp_bench.spec.systems import load_system
+
+    m, system = get_model("gpt-175b"), load_system("selene")
+    vocab = pad_vocab(m.vocab_size, 8)
+    for recompute, waited in (("full", 4), ("selective", 2)):
+        on = Candidate(16, 8, 8, 16, 1, 8, recompute=recompute, sequence_parallel=False)
+        off = Candidate(16, 8, 8, 16, 1, 8, recompute=recompute, sequence_parallel=False, async_tp_allreduce=False)
+        tp_on, tp_off = (timing.work(m, vocab, c, system).tp_bytes for c in (on, off))
+        assert tp_off / tp_on == pytest.approx((waited + 2) / waited)
+    # under sequence parallelism the flag changes nothing: Megatron turns it off and overlaps its own way
+    sp = Candidate(16, 8, 8, 16, 1, 8)
+    assert timing.work(m, vocab, sp, system).tp_bytes == timing.work(m, vocab, replace(sp, async_tp_allreduce=False), system).tp_bytes
+    assert not decode({"no-async-tensor-model-parallel-allreduce": True}).async_tp_allreduce and decode({}).async_tp_allreduce

@@ -64,11 +64,12 @@ def test_leave_one_source_out_errors(trust, rows):
     errors = [abs(c.error) for c in trust.checked]
     assert trust.median_abs_error == statistics.median(errors)
     # Measured on whole held-out publications, fitted only on rows that state every input (2026-11-27, GEMMs
-    # and fused attention timed against each device's measured rates, FP8 casts counted, unfused gradient
-    # accumulation where the row's software ran it, constants held near what the hardware measures: 50 rows
-    # of 10 publications, median 7.9%, largest 22.4%, 84% inside the others' intervals, mean half-width
-    # ±21.1%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep a change from making it worse.
-    assert trust.median_abs_error <= 0.085
+    # and fused attention timed against each device's measured rates, FP8 casts counted, gradient
+    # accumulation and the backward's tensor-parallel all-reduce as the row's software ran them, the optimizer
+    # step's every pass, constants held near what the hardware measures: 50 rows of 10 publications, median
+    # 9.0%, largest 22.9%, 84% inside the others' intervals, mean half-width ±20.7%; issue 34's goals are 6%,
+    # 20%, 85% and ±20%). These bounds only keep a change from making it worse.
+    assert trust.median_abs_error <= 0.095
     assert trust.max_abs_error <= 0.25
     assert trust.coverage >= 0.82
     assert trust.mean_half_width <= 0.22

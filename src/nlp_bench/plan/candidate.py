@@ -29,6 +29,9 @@ class Candidate(Layout):
     #: the weight-gradient GEMMs add into the main gradients themselves (Megatron's default since 2022;
     #: off with --no-gradient-accumulation-fusion, and in Megatron before it, or DeepSpeed)
     gradient_accumulation_fusion: bool = True
+    #: the column-parallel layers' backward all-reduce runs behind the weight-gradient GEMM (Megatron's
+    #: default since 2022; off with --no-async-tensor-model-parallel-allreduce, and in Megatron before it)
+    async_tp_allreduce: bool = True
 
     @property
     def dp(self) -> int:

@@ -23,7 +23,8 @@ from nlp_bench.spec.yamlio import load_yaml
 
 CORPUS_FILE = "planner-corpus.yaml"
 _SWITCHES = ("vp", "recompute", "precision", "sequence_parallel", "distributed_optimizer", "flash_attention",
-             "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion")
+             "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
+             "async_tp_allreduce")
 _MEASURES = ("iteration_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu")
 _CONVENTIONS = {"narayanan"}  # 96·B·s·L·h²(1 + s/6h + V/16Lh): flops.jupiter_flops with recompute
 

@@ -12,7 +12,8 @@ A rows file is a mapping with `rows:`, each row a mapping:
     recompute: none | selective | full (default none, as Megatron-LM), sequence_parallel,
     distributed_optimizer (default false, as Megatron-LM), precision: bf16 | fp16 | fp8 (default bf16),
     decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers, tp_comm_overlap,
-    gradient_accumulation_fusion (default true, as Megatron-LM; false for --no-gradient-accumulation-fusion)
+    gradient_accumulation_fusion (default true, as Megatron-LM; false for --no-gradient-accumulation-fusion),
+    async_tp_allreduce (default true; false for --no-async-tensor-model-parallel-allreduce)
 
 A row whose layout cannot be laid out (tp x cp x pp not dividing the devices, a global batch that dp x mbs
 does not divide) is answered with no prediction and the reason.
@@ -44,7 +45,8 @@ _REQUIRED_MODEL = ("num-layers", "hidden-size", "num-attention-heads", "seq-leng
 _ROW_INTS = ("gpus", "nodes", "tp", "pp", "cp", "vp", "mbs", "global_batch_size",
              "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 _ROW_SWITCHES = ("sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "flash_attention",
-                 "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion")
+                 "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
+                 "async_tp_allreduce")
 ROW_PRECISIONS = ("bf16", "fp16", "fp8")
 ROW_KEYS = ("id", "model", "system", "recompute", "precision", *_ROW_INTS, *_ROW_SWITCHES)
 
@@ -191,7 +193,8 @@ def read_row(row: Any, index: int, source: str) -> Row:
                   first_stage_layers=row.get("decoder_first_pipeline_num_layers"),
                   last_stage_layers=row.get("decoder_last_pipeline_num_layers"),
                   tp_comm_overlap=row.get("tp_comm_overlap", False),
-                  gradient_accumulation_fusion=row.get("gradient_accumulation_fusion", True))
+                  gradient_accumulation_fusion=row.get("gradient_accumulation_fusion", True),
+                  async_tp_allreduce=row.get("async_tp_allreduce", True))
     return Row(str(ident), Planned(model, system, c), stated=stated)
 
 

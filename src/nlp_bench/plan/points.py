@@ -32,7 +32,7 @@ def candidate(layout: dict[str, Any], train: dict[str, Any], model: ModelSpec) -
         recompute=on.recompute, distributed_optimizer=on.distributed_optimizer,
         sequence_parallel=on.sequence_parallel, flash_attention=on.flash_attention, precision=on.precision,
         overlap_grad_reduce=on.overlap_grad_reduce, overlap_param_gather=on.overlap_param_gather,
-        gradient_accumulation_fusion=on.gradient_accumulation_fusion,
+        gradient_accumulation_fusion=on.gradient_accumulation_fusion, async_tp_allreduce=on.async_tp_allreduce,
     )
 
 

@@ -26,7 +26,9 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         collectives the layer waits for: the forward's two (four with full recompute: the forward runs
         twice), and under sequence parallelism one of the backward's (its two row-parallel all-gathers;
         the column-parallel layers' gradient reduction runs behind the weight-gradient GEMM, as Megatron's
-        asynchronous tensor-parallel all-reduce does without sequence parallelism too). An all-gather +
+        asynchronous tensor-parallel all-reduce does without sequence parallelism too; without it, as in
+        Megatron before 2022 or with --no-async-tensor-model-parallel-allreduce, the backward's two
+        all-reduces are waited for). An all-gather +
         reduce-scatter pair moves the bytes of one all-reduce. Over NVLink, or over the node's network
         cards when tp spans nodes (a ring crosses each node once, on all its cards). Where no switch joins
         a node's devices (JUWELS Booster's and JUPITER's four GPUs are wired to each other directly), a
@@ -205,7 +207,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     if not c.gradient_accumulation_fusion:
         elementwise += params * (act + 2 * grad)
 
-    collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0)
+    collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0 if c.async_tp_allreduce else 2)
     tp_fraction, tp_steps = _ring_factor(c.tp, True)
     tokens = c.mbs * s / c.cp  # one micro-batch's tokens on one rank of the cp group
 

@@ -46,6 +46,9 @@ class Switches:
     persist_layer_norm: bool = True
     #: the weight-gradient GEMMs add into the main gradients (off: --no-gradient-accumulation-fusion)
     gradient_accumulation_fusion: bool = True
+    #: the column-parallel backward all-reduce behind the weight-gradient GEMM (off:
+    #: --no-async-tensor-model-parallel-allreduce)
+    async_tp_allreduce: bool = True
     #: fused ops turned off, each with the flag that did it
     unfused: dict[str, str] = field(default_factory=dict)
     #: Megatron's --num-layers-per-virtual-pipeline-stage (None: plain 1F1B)
@@ -107,6 +110,7 @@ def decode(flags: Mapping[str, Any], *, xla_use_bf16: bool = False) -> Switches:
         flash_attention=bool(get("use-flash-attn")),
         masked_softmax_fusion=not get("no-masked-softmax-fusion"), persist_layer_norm=not get("no-persist-layer-norm"),
         gradient_accumulation_fusion=not get("no-gradient-accumulation-fusion"),
+        async_tp_allreduce=not get("no-async-tensor-model-parallel-allreduce"),
         unfused={op: f"--{flag}" for op, flag in UNFUSING_FLAGS.items() if get(flag)},
         layers_per_virtual_stage=None if per_stage is None else int(per_stage),
     )
