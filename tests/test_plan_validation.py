@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -327,3 +330,14 @@ def test_a_sweep_file_without_tables_is_refused(tmp_path):
     path.write_text("table: []\n")
     with pytest.raises(PlanError, match="no tables"):
         list(load_outcomes(path))
+
+
+def test_the_sweeps_outside_the_corpus_are_predicted_per_context_parallel_size():
+    """benchmark/perf/planner_sweeps.py: the memory file's sweeps, their figures in Megatron-LM core 0.9's count."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "benchmark" / "perf" / "planner_sweeps.py"), "--system",
+                          "fujii-a100-40gb-8k=" + str(root / "benchmark" / "perf" / "profiles" / "abci-a.yaml")],
+                         capture_output=True, text=True, check=True).stdout
+    lines = [line for line in out.splitlines() if line.startswith("fujii-a100-40gb-8k on abci-a")]
+    assert [re.search(r"cp (\d+):", line).group(1) for line in lines] == ["1", "2", "4"]
+    assert "11 layouts" in lines[0]
