@@ -207,7 +207,10 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     if not c.gradient_accumulation_fusion:
         elementwise += params * (act + 2 * grad)
 
-    collectives = (4 if c.recompute == "full" else 2) + (1 if c.sequence_parallel else 0 if c.async_tp_allreduce else 2)
+    # the backward's waited collectives: one all-reduce's worth under sequence parallelism, else none, or two
+    # without the asynchronous all-reduce
+    backward = 1 if c.sequence_parallel else (0 if c.async_tp_allreduce else 2)
+    collectives = (4 if c.recompute == "full" else 2) + backward
     tp_fraction, tp_steps = _ring_factor(c.tp, True)
     tokens = c.mbs * s / c.cp  # one micro-batch's tokens on one rank of the cp group
 
