@@ -117,6 +117,16 @@ def test_every_corpus_row_names_its_publication(tmp_path):
         load_corpus(tmp_path / "corpus.yaml")
 
 
+def test_a_switch_the_corpus_does_not_give_keeps_megatrons_default(tmp_path):
+    from nlp_bench.plan.corpus import corpus_path
+
+    text = corpus_path().read_text().replace("  gradient_accumulation_fusion: true\n", "", 1)
+    (tmp_path / "corpus.yaml").write_text(text)
+    by_id = {r.id: r.candidate for r in load_corpus(tmp_path / "corpus.yaml")}
+    assert by_id["jupiter-175b-96n"].gradient_accumulation_fusion is True
+    assert by_id["selene-1.7b"].gradient_accumulation_fusion is False
+
+
 def test_every_fitted_efficiency_is_at_most_one_and_a_pinned_one_names_its_term(trust):
     eff = trust.efficiency
     assert 0 < eff.gemm <= 1 and 0 < eff.network <= 1 and 0 < eff.memory <= 1

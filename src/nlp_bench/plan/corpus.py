@@ -101,13 +101,14 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
         where = f"{path.name} row {row.get('id', i + 1)}"
         system = load_system(row["system"])
         model = _model(row["model"], defaults, where)
-        switches = {k: row.get(k, defaults.get(k)) for k in _SWITCHES}
-        if switches["recompute"] not in RECOMPUTE:
+        # a switch neither the row nor the defaults give keeps the Candidate's default (Megatron's)
+        switches = {k: row.get(k, defaults.get(k)) for k in _SWITCHES if k in row or k in defaults}
+        if switches.get("recompute", Candidate.recompute) not in RECOMPUTE:
             raise PlanError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}")
         layout = row["layout"]
         c = Candidate(nodes=layout["nodes"], devices_per_node=system.devices_per_node, tp=layout["tp"],
                       pp=layout["pp"], mbs=layout["mbs"], gas=layout["gas"],
-                      **{**switches, "vp": layout.get("vp", switches["vp"])})
+                      **{**switches, "vp": layout.get("vp", switches.get("vp", 1))})
         publication = row.get("publication")
         if not isinstance(publication, str) or not publication.strip():
             raise PlanError(f"{where}: publication is required (validation holds out whole publications)")
