@@ -10,7 +10,8 @@ bound says the rows gave no evidence that narrower GEMMs run slower.
 The corpus fit (plan.validation) fits all four constants on published measurements, held near what the
 hardware measures of them (PRIOR, weighed by PRIOR_WEIGHT): with a publication held out, as few as three rows
 may remain, too few to pin four constants, and a constant the rows leave free should stay where the
-hardware puts it rather than wander to a bound. A system's own
+hardware puts it rather than wander to a bound. Each publication's rows weigh as one row together there
+(`weights`), so PRIOR_WEIGHT weighs the prior against publications, not rows. A system's own
 calibration (`bench plan calibrate`) starts from it and refits as many efficiencies as its runs can
 pin (`system_free`): a few runs of one benchmark cannot pin four constants.
 """
@@ -50,7 +51,8 @@ SYSTEM_FREE = ("gemm", "gemm_half", "network", "memory")  # refitted on a system
 #: InfiniBand line rate (192 of 200 GB/s, DGX A100, NVIDIA/nccl issue 812), but tensor parallelism's traffic,
 #: the most of what the corpus moves, stays inside nodes: 0.8.
 PRIOR = {"gemm": 0.92, "gemm_half": 120.0, "memory": 0.87, "network": 0.8}
-#: How much the prior weighs: a constant a factor e from it costs as much as one row missed by 10%.
+#: How much the prior weighs: a constant a factor e from it costs as much as one row (in the corpus fit, one
+#: publication) missed by 10%.
 PRIOR_WEIGHT = 0.01
 
 
@@ -75,12 +77,14 @@ class Fit:
 
 def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], labels: list[str],
         free: Sequence[str] = tuple(BOUNDS), start: Efficiency | None = None,
-        prior: dict[str, float] | None = None) -> Fit:
+        prior: dict[str, float] | None = None, weights: Sequence[float] | None = None) -> Fit:
     """`predict(eff)` gives tokens/s for each measured point, in order; the constants named in `free` are
-    fitted, the others kept at `start`'s values; with a `prior`, the constants it names are held near it."""
+    fitted, the others kept at `start`'s values; with a `prior`, the constants it names are held near it;
+    `weights` weigh each point's squared log error (default 1 each)."""
     if not measured:
         raise ValueError("nothing to calibrate on")
     start = start or Efficiency()
+    weights = list(weights) if weights is not None else [1.0] * len(measured)
 
     def cost(values: Sequence[float]) -> float:
         try:
@@ -88,7 +92,8 @@ def fit(predict: Callable[[Efficiency], list[float]], measured: list[float], lab
         except ZeroDivisionError:
             return math.inf
         held = sum(math.log(v / prior[k]) ** 2 for k, v in zip(free, values, strict=True) if k in prior) if prior else 0.0
-        return sum(math.log(p / m) ** 2 for p, m in zip(predicted, measured, strict=True)) + PRIOR_WEIGHT * held
+        return sum(w * math.log(p / m) ** 2 for p, m, w in zip(predicted, measured, weights, strict=True)) + \
+            PRIOR_WEIGHT * held
 
     points = 6 if len(free) <= 2 else 4
     axes = [[lo * (hi / lo) ** (i / (points - 1)) for i in range(points)] for lo, hi in (BOUNDS[k] for k in free)]

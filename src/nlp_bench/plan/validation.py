@@ -18,6 +18,7 @@ import hashlib
 import json
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,9 +53,15 @@ def predict_row(row: CorpusRow, eff: timing.Efficiency) -> float:
 
 
 def fit_rows(rows: list[CorpusRow]) -> calibrate.Fit:
+    """The constants fitted on `rows`, each publication weighing as one: its rows share a machine, a software
+    stack and a way of measuring, so they are one piece of evidence, not as many as they are rows (the
+    reason validation holds out whole publications); a source with many rows would otherwise set the
+    constants for all."""
     works = [_work(r) for r in rows]
+    per_publication = Counter(r.publication for r in rows)
     return calibrate.fit(lambda eff: [_tokens(r, w, eff) for r, w in zip(rows, works, strict=True)],
-                         [r.tokens_per_s for r in rows], [r.id for r in rows], prior=calibrate.PRIOR)
+                         [r.tokens_per_s for r in rows], [r.id for r in rows], prior=calibrate.PRIOR,
+                         weights=[1 / per_publication[r.publication] for r in rows])
 
 
 @dataclass(frozen=True)
