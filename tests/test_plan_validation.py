@@ -144,7 +144,7 @@ def test_every_fitted_efficiency_is_at_most_one_and_a_pinned_one_names_its_term(
 def test_a_publication_weighs_as_one_however_many_rows_it_has(rows):
     fitted = [r for r in rows if r.fitted]
     korthikanti = [r for r in fitted if r.publication == "Korthikanti et al. 2022"]
-    assert len(korthikanti) == 8 and len({r.publication for r in fitted}) == 3
+    assert len(korthikanti) > 1 and len({r.publication for r in fitted}) > 1
     once = validation.fit_rows(fitted)
     # the same publication's rows twice over: the same evidence, the same constants
     twice = validation.fit_rows(fitted + korthikanti)

@@ -49,7 +49,9 @@ def main() -> None:
     tables = {t["id"]: t for t in load_yaml(outcomes.outcomes_path(), "planner memory file")["tables"]}
     print(f"corpus fit {trust.efficiency}; interval {low:+.3f}..{high:+.3f}")
     for spec in args.system:
-        table_id, profile = spec.split("=", 1)
+        table_id, _, profile = spec.partition("=")
+        if table_id not in tables or not profile:
+            ap.error(f"--system {spec!r}: give TABLE=PROFILE.yaml with TABLE one of {', '.join(tables)}")
         table, system = tables[table_id], load_system_file(Path(profile))
         model = get_model(table["model"]["preset"], **{k: v for k, v in table["model"].items() if k != "preset"})
         by_cp: dict[int, list[float]] = defaultdict(list)

@@ -108,7 +108,7 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
         layout = row["layout"]
         c = Candidate(nodes=layout["nodes"], devices_per_node=system.devices_per_node, tp=layout["tp"],
                       pp=layout["pp"], mbs=layout["mbs"], gas=layout["gas"],
-                      **{**switches, "vp": layout.get("vp", switches.get("vp", 1))})
+                      **{**switches, "vp": layout.get("vp", switches.get("vp", Candidate.vp))})
         publication = row.get("publication")
         if not isinstance(publication, str) or not publication.strip():
             raise PlanError(f"{where}: publication is required (validation holds out whole publications)")
