@@ -295,6 +295,34 @@ def test_full_recompute_runs_the_layers_forward_again_not_the_output_layers():
     assert timing.hardware_flops(m, vocab, c) == pytest.approx(model_flops + (model_flops - logits) / 3)
 
 
+def test_the_pipeline_bubble_runs_at_the_other_stages_pace_not_the_slowest():
+    """1F1B's steady state waits for the slowest stage (here the last, which runs the output layer too), but
+    the fill and drain pass each micro-batch through every other stage once: the bubble is timed at their
+    mean pace (the old model charged the output layer in every bubble slot)."""
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.systems import load_system
+
+    m, system = get_model("gpt-13b"), load_system("juwels-booster")
+    vocab = pad_vocab(m.vocab_size, 2)
+    c = Candidate(8, 4, 2, 4, 1, 16, first_stage_layers=4, last_stage_layers=12)
+    w = timing.work(m, vocab, c, system)
+    logits = 6.0 * c.mbs * m.seq_length * m.hidden_size * vocab / c.tp
+    per_layer = (w.flops - logits) / 12
+    assert w.bubble == 3
+    assert w.bubble_flops == pytest.approx((4 + 12 + 12) * per_layer / 3 / w.flops)
+    assert w.bubble_layers == pytest.approx((4 + 12 + 12) / 3 / 12)
+    eff = timing.Efficiency()
+    paced = timing.timed(w, eff).iteration_s
+    at_the_slowest = timing.timed(replace(w, bubble_flops=1.0, bubble_layers=1.0), eff).iteration_s
+    assert at_the_slowest > paced
+    even = timing.work(m, vocab, Candidate(8, 4, 2, 4, 1, 16), system)
+    curve = eff.gemm * even.side / (even.side + eff.gemm_half)
+    # with even stages the others differ from the last by the output layer alone
+    assert even.bubble_layers == 1.0
+    gap = timing.timed(replace(even, bubble_flops=1.0), eff).iteration_s - timing.timed(even, eff).iteration_s
+    assert gap == pytest.approx(even.bubble * logits / (even.matmul * curve))
+
+
 @pytest.mark.parametrize("precision, per_weight", [("bf16", 2 + 4 + 4), ("fp16", 2 + 2 + 2)])
 def test_unfused_gradient_accumulation_adds_a_read_modify_write_of_the_main_gradients(precision, per_weight):
     """Without --gradient-accumulation-fusion each micro-batch's weight gradient is written in 16 bits and added

@@ -40,9 +40,13 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
 
 Per iteration (1F1B: the bubble is (pp-1)/vp micro-batch slots; interleaving multiplies the sends):
 
-    t_iter = (gas + (pp-1)/vp) · (t_compute + t_tp) + (vp·gas + pp - 1) · t_p2p
+    t_iter = gas · (t_compute + t_tp) + (pp-1)/vp · (t_compute + t_tp)_others + (vp·gas + pp - 1) · t_p2p
            + exposed(t_grad_reduce, backward of the last micro-batch) + exposed(t_param_gather, its forward)
            + t_optimizer
+
+The steady state runs at the pace of the slowest stage (the last, which also runs the output layer, or
+the one an uneven split gives the most layers); the fill and drain pass each micro-batch through every
+other stage once, so the bubble runs at the other stages' mean pace, not the slowest's.
 
 The data-parallel terms: the gradient reduce-scatter (fp32 with bf16 or fp32 training, 16-bit with
 fp16, as Megatron accumulates them) and the distributed optimizer's parameter all-gather (16-bit), or one
@@ -150,7 +154,10 @@ class Work:
     gather_steps: int
     dp_bandwidth: float
     optimizer_bytes: float
-    slots: float  # micro-batch slots of one iteration, the bubble included
+    micro_batches: int  # per iteration (gas): the steady state's slots
+    bubble: float  # the bubble's slots: (pp - 1) / vp
+    bubble_flops: float  # the other stages' mean FLOPs per micro-batch, as a share of the slowest's
+    bubble_layers: float  # their mean layers, as a share of the slowest's
     sends: int  # activation sends (pairs) of one iteration
     pp: int
     vp: int
@@ -198,6 +205,11 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         layers, per_micro_batch = last, last * per_layer + logits
     else:
         per_micro_batch = layers * per_layer
+    bubble_flops, bubble_layers = 1.0, 1.0
+    if c.pp > 1:
+        all_layers_of_stages = first + (c.pp - 2) * middle + last
+        bubble_flops = (all_layers_of_stages * per_layer + logits - per_micro_batch) / (c.pp - 1) / per_micro_batch
+        bubble_layers = (all_layers_of_stages - layers) / (c.pp - 1) / layers
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
@@ -230,7 +242,8 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         gather_bytes=gather_fraction * params * act, gather_steps=gather_steps,
         dp_bandwidth=_within_node(system, replicas) if c.world <= dpn else inter / dpn,
         optimizer_bytes=_optimizer_bytes(params, shard, c.precision, act, grad),
-        slots=c.gas + (c.pp - 1) / c.vp, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
+        micro_batches=c.gas, bubble=(c.pp - 1) / c.vp, bubble_flops=bubble_flops,
+        bubble_layers=bubble_layers, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
         overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
         latency=(system.link_latency_us or 0.0) * 1e-6, matmul=system.matmul_rate()[0] * 1e12,
         memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
@@ -314,10 +327,11 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     t_core = w.attention_flops / (w.attention_rate * eff.gemm)  # 0 where the core is timed as GEMMs
     t_gemm = (w.flops - w.fp8_flops - w.attention_flops) / (w.matmul * curve) + \
         (w.fp8_flops / (w.fp8_matmul * curve) if w.fp8_flops else 0.0) + t_core
-    t_compute = t_gemm + w.elementwise_bytes / memory_bw
+    t_layers = w.elementwise_bytes / memory_bw  # what grows with a stage's layers, not its FLOPs
     if w.cp_bytes:  # the ring hides behind the attention core, as fast as that runs
         t_ring = w.cp_bytes / (w.cp_bandwidth * eff.network) + w.cp_steps * w.latency
-        t_compute += max(0.0, t_ring - (t_core or w.cp_hidden_flops / (w.matmul * curve)))
+        t_layers += max(0.0, t_ring - (t_core or w.cp_hidden_flops / (w.matmul * curve)))
+    t_compute = t_gemm + t_layers
     t_tp = w.tp_bytes / (w.tp_bandwidth * eff.network) + w.tp_steps * w.latency
     if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
         t_tp = max(0.0, t_tp - t_gemm)
@@ -328,9 +342,11 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     exposed = (max(0.0, t_reduce - t_compute * 2 / 3) if w.overlap_grad_reduce else t_reduce) + \
               (max(0.0, t_gather - t_compute / 3) if w.overlap_param_gather else t_gather)
     t_opt = w.optimizer_bytes / memory_bw
-    iteration = w.slots * (t_compute + t_tp) + w.sends * t_p2p + exposed + t_opt
+    steady = w.micro_batches * (t_compute + t_tp)
+    bubble = w.bubble * (t_gemm * w.bubble_flops + (t_layers + t_tp) * w.bubble_layers)
+    iteration = steady + bubble + w.sends * t_p2p + exposed + t_opt
     return TimeEstimate(iteration, t_compute, t_tp, t_p2p, t_reduce + t_gather, exposed, t_opt,
-                        (w.pp - 1) / w.vp / w.slots)
+                        bubble / (steady + bubble))
 
 
 def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, eff: Efficiency) -> TimeEstimate:
