@@ -383,3 +383,96 @@ def test_without_the_asynchronous_all_reduce_the_backward_waits_for_two_more_col
     sp = Candidate(16, 8, 8, 16, 1, 8)
     assert timing.work(m, vocab, sp, system).tp_bytes == timing.work(m, vocab, replace(sp, async_tp_allreduce=False), system).tp_bytes
     assert not decode({"no-async-tensor-model-parallel-allreduce": True}).async_tp_allreduce and decode({}).async_tp_allreduce
+
+
+def _h100_175b():
+    from nlp_bench.spec.systems import load_system
+
+    return get_model("gpt-175b"), load_system("h100-8")
+
+
+def test_with_interleaving_the_gradient_reduce_hides_behind_the_later_chunks_backward():
+    """With vp chunks a chunk's gradients are reduced once its last backward is done; the chunks finish pp
+    micro-batches apart, the first last, so ((vp - 1) pp + 1) / vp micro-batches of backward follow the
+    first reduce (one without interleaving: the old model's window for every schedule)."""
+    from nlp_bench.plan import timing
+
+    m, system = _h100_175b()
+    vocab = pad_vocab(m.vocab_size, 4)
+    eff = timing.Efficiency()
+    for vp, window in ((1, 1.0), (4, (3 * 8 + 1) / 4), (12, (11 * 8 + 1) / 12)):
+        c = Candidate(64, 8, 4, 8, 1, 16, vp=vp, distributed_optimizer=False, overlap_grad_reduce=True,
+                      overlap_p2p_comm=False)
+        est = timing.estimate(m, vocab, c, system, eff)
+        assert est.dp_exposed_s == pytest.approx(max(0.0, est.dp_s - window * est.compute_s * 2 / 3))
+    late = Candidate(64, 8, 4, 8, 1, 16, vp=12, distributed_optimizer=False, overlap_grad_reduce=True)
+    assert timing.estimate(m, vocab, late, system, eff).dp_exposed_s < \
+        timing.estimate(m, vocab, replace(late, vp=1), system, eff).dp_exposed_s
+
+
+def test_stages_and_data_parallel_groups_lie_where_megatron_numbers_its_ranks():
+    """Megatron numbers ranks tp first and pp last: a stage's next stage lies world/pp ranks on, so with dp > 1
+    a pipeline that would fit one node still sends across nodes, while a stage's data-parallel group stays
+    inside a node whenever tp x cp x dp devices fit one."""
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.systems import load_system
+
+    m, system = get_model("gpt-13b"), load_system("h100-8")
+    vocab = pad_vocab(m.vocab_size, 2)
+    inter = system.inter_node_gbps * 1e9
+    one_node = timing.work(m, vocab, Candidate(1, 8, 2, 2, 1, 8), system)  # dp 2: the job fits a node
+    assert one_node.p2p_bandwidth == timing._within_node(system, 2)
+    two_nodes = timing.work(m, vocab, Candidate(2, 8, 2, 2, 1, 8), system)  # dp 4: stage 1 is the second node
+    assert two_nodes.p2p_bandwidth == inter / 8
+    assert two_nodes.dp_bandwidth == timing._within_node(system, 4)  # tp 2 x dp 4 devices: one node a stage
+    spread = timing.work(m, vocab, Candidate(4, 8, 2, 2, 1, 8), system)  # dp 8: a stage spans two nodes
+    assert spread.dp_bandwidth == inter / 8
+
+
+def test_overlapped_pipeline_sends_cost_only_what_outlasts_a_chunk():
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.switches import decode
+
+    m, system = _h100_175b()
+    vocab = pad_vocab(m.vocab_size, 4)
+    eff = timing.Efficiency()
+    c = Candidate(64, 8, 4, 8, 1, 16, vp=12, overlap_p2p_comm=False)
+    waited, hidden = (timing.estimate(m, vocab, x, system, eff) for x in (c, replace(c, overlap_p2p_comm=True)))
+    assert waited.p2p_s > 0
+    assert hidden.p2p_s == pytest.approx(max(0.0, waited.p2p_s - (waited.compute_s + waited.tp_s) / 12))
+    assert hidden.iteration_s < waited.iteration_s
+    plain = replace(c, vp=1)  # Megatron overlaps the sends of the interleaved schedule only
+    assert timing.estimate(m, vocab, plain, system, eff).p2p_s == \
+        timing.estimate(m, vocab, replace(plain, overlap_p2p_comm=True), system, eff).p2p_s
+    assert decode({}).overlap_p2p_comm and not decode({"no-overlap-p2p-communication": True}).overlap_p2p_comm
+
+
+def test_gradients_reduced_in_bf16_move_half_the_bytes():
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.switches import decode
+
+    m, system = _h100_175b()
+    vocab = pad_vocab(m.vocab_size, 4)
+    c = Candidate(64, 8, 4, 8, 1, 16)
+    fp32, bf16 = (timing.work(m, vocab, x, system) for x in (c, replace(c, grad_reduce_in_bf16=True)))
+    assert bf16.reduce_bytes == pytest.approx(fp32.reduce_bytes / 2)
+    assert bf16.gather_bytes == fp32.gather_bytes  # the weights are gathered in 16 bits either way
+    assert decode({"grad-reduce-in-bf16": True}).grad_reduce_in_bf16 and not decode({}).grad_reduce_in_bf16
+
+
+def test_tensor_parallel_overlap_runs_the_gemms_it_hides_behind_in_tp_chunks():
+    """Userbuffers pipeline each collective with its GEMM in tp chunks: the collective is hidden, but the
+    forward's and input gradients' GEMMs run on mbs·s/tp tokens at a time, slower per FLOP."""
+    from nlp_bench.plan import timing
+
+    m, system = _h100_175b()
+    vocab = pad_vocab(m.vocab_size, 4)
+    eff = timing.Efficiency()
+    c = Candidate(64, 8, 4, 8, 1, 16, precision="fp8")
+    w = timing.work(m, vocab, replace(c, tp_comm_overlap=True), system)
+    assert w.chunk_side == min(m.hidden_size / 4, m.seq_length / 4)
+    assert w.chunked_flops == pytest.approx(w.fp8_flops * 2 / 3)  # FP8 runs the linear layers' FLOPs
+    plain, overlapped = (timing.estimate(m, vocab, x, system, eff) for x in (c, replace(c, tp_comm_overlap=True)))
+    assert overlapped.compute_s > plain.compute_s
+    assert overlapped.tp_s < plain.tp_s
+    assert timing.work(m, vocab, replace(c, tp_comm_overlap=True, sequence_parallel=False), system).chunked_flops == 0

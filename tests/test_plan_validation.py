@@ -70,15 +70,16 @@ def test_leave_one_source_out_errors(trust, rows):
     # and fused attention timed against each device's measured rates, FP8 casts counted, gradient
     # accumulation and the backward's tensor-parallel all-reduce as the row's software ran them, the optimizer
     # step's every pass, constants held near what the hardware measures, each publication weighing as one in
-    # the fit: 50 rows of 10 publications, median 7.3%, largest 22.7%, 84% inside the others' intervals, mean
-    # half-width ±15.1%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep a change from
+    # the fit, the bubble at the other stages' pace, conformal intervals, the overlaps MLPerf's FP8 runs use:
+    # 63 rows of 11 publications, median 8.7%, largest 28.7%, 84% inside the others' intervals, mean
+    # half-width ±19.6%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep a change from
     # making it worse.
-    assert trust.median_abs_error <= 0.08
-    assert trust.max_abs_error <= 0.24
+    assert trust.median_abs_error <= 0.095
+    assert trust.max_abs_error <= 0.30
     assert trust.coverage >= 0.82
-    assert trust.mean_half_width <= 0.16
+    assert trust.mean_half_width <= 0.21
     assert trust.error_low < 0 < trust.error_high
-    assert trust.publications == len({r.publication for r in rows}) >= 10
+    assert trust.publications == len({r.publication for r in rows}) >= 11
     # the fit never sees a row with an assumed input
     assert len(rows) >= 40 and any(not r.fitted for r in rows) and any(r.fitted for r in rows)
 
@@ -104,8 +105,27 @@ def test_a_held_out_publication_is_predicted_by_a_fit_that_never_saw_it(rows, mo
         assert {r.publication for r in subset} == fitted_names - {held_out}
     for held in checked:
         others = [c.error for c in checked if c.publication != held.publication]
-        assert (held.others_low, held.others_high) == validation._quantiles(others)
+        assert (held.others_low, held.others_high) == validation._interval(others)
         assert held.inside == (held.others_low <= held.error <= held.others_high)
+
+
+def test_the_interval_holds_ninety_percent_of_new_errors_not_fewer():
+    """A 90% interval taken from n held-out errors must hold 90% of the next one's, not 90% of the n: the 5th and
+    95th percentiles of 40 errors held about 86% of a new one (a corpus of 50 rows showed 84%)."""
+    import random
+
+    from nlp_bench.plan import validation
+
+    assert validation._interval([float(i) for i in range(1, 41)]) == (2.0, 39.0)  # k = 41 - ceil(41 * 0.95)
+    assert validation._interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few errors for 95% a side: the range
+    assert validation._interval([]) == (0.0, 0.0)
+    draw = random.Random(34)
+    trials, inside = 4000, 0
+    for _ in range(trials):
+        errors = [draw.gauss(0.0, 0.1) for _ in range(41)]
+        low, high = validation._interval(errors[:40])
+        inside += low <= errors[40] <= high
+    assert inside / trials >= 0.885  # 0.902 expected; the percentiles gave 0.856
 
 
 def test_every_corpus_row_names_its_publication(tmp_path):

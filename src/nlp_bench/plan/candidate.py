@@ -32,6 +32,12 @@ class Candidate(Layout):
     #: the column-parallel layers' backward all-reduce runs behind the weight-gradient GEMM (Megatron's
     #: default since 2022; off with --no-async-tensor-model-parallel-allreduce, and in Megatron before it)
     async_tp_allreduce: bool = True
+    #: with interleaving, pipeline sends behind the chunk computed meanwhile (Megatron's default since commit
+    #: 4eeff55 of 2023-10-12, off with --no-overlap-p2p-communication; before, --overlap-p2p-communication)
+    overlap_p2p_comm: bool = True
+    #: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NeMo's grad_sync_dtype: bf16),
+    #: where Megatron keeps them in fp32 with bf16 training
+    grad_reduce_in_bf16: bool = False
 
     @property
     def dp(self) -> int:

@@ -24,7 +24,7 @@ from nlp_bench.spec.yamlio import load_yaml
 CORPUS_FILE = "planner-corpus.yaml"
 _SWITCHES = ("vp", "recompute", "precision", "sequence_parallel", "distributed_optimizer", "flash_attention",
              "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
-             "async_tp_allreduce")
+             "async_tp_allreduce", "tp_comm_overlap", "overlap_p2p_comm", "grad_reduce_in_bf16")
 _MEASURES = ("iteration_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu")
 _CONVENTIONS = {"narayanan"}  # 96·B·s·L·h²(1 + s/6h + V/16Lh): flops.jupiter_flops with recompute
 

@@ -13,7 +13,9 @@ A rows file is a mapping with `rows:`, each row a mapping:
     distributed_optimizer (default false, as Megatron-LM), precision: bf16 | fp16 | fp8 (default bf16),
     decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers, tp_comm_overlap,
     gradient_accumulation_fusion (default true, as Megatron-LM; false for --no-gradient-accumulation-fusion),
-    async_tp_allreduce (default true; false for --no-async-tensor-model-parallel-allreduce)
+    async_tp_allreduce (default true; false for --no-async-tensor-model-parallel-allreduce),
+    overlap_p2p_comm (default true, as Megatron-LM since October 2023; false for
+    --no-overlap-p2p-communication), grad_reduce_in_bf16 (default false; true for --grad-reduce-in-bf16)
 
 A row whose layout cannot be laid out (tp x cp x pp not dividing the devices, a global batch that dp x mbs
 does not divide) is answered with no prediction and the reason.
@@ -46,7 +48,7 @@ _ROW_INTS = ("gpus", "nodes", "tp", "pp", "cp", "vp", "mbs", "global_batch_size"
              "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 _ROW_SWITCHES = ("sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "flash_attention",
                  "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
-                 "async_tp_allreduce")
+                 "async_tp_allreduce", "overlap_p2p_comm", "grad_reduce_in_bf16")
 ROW_PRECISIONS = ("bf16", "fp16", "fp8")
 ROW_KEYS = ("id", "model", "system", "recompute", "precision", *_ROW_INTS, *_ROW_SWITCHES)
 
@@ -194,7 +196,9 @@ def read_row(row: Any, index: int, source: str) -> Row:
                   last_stage_layers=row.get("decoder_last_pipeline_num_layers"),
                   tp_comm_overlap=row.get("tp_comm_overlap", False),
                   gradient_accumulation_fusion=row.get("gradient_accumulation_fusion", True),
-                  async_tp_allreduce=row.get("async_tp_allreduce", True))
+                  async_tp_allreduce=row.get("async_tp_allreduce", True),
+                  overlap_p2p_comm=row.get("overlap_p2p_comm", True),
+                  grad_reduce_in_bf16=row.get("grad_reduce_in_bf16", False))
     return Row(str(ident), Planned(model, system, c), stated=stated)
 
 

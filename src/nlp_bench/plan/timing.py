@@ -33,15 +33,24 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         cards when tp spans nodes (a ring crosses each node once, on all its cards). Where no switch joins
         a node's devices (JUWELS Booster's and JUPITER's four GPUs are wired to each other directly), a
         group of k of them has only the k - 1 direct links to its own members: (k - 1) · the pair
-        bandwidth, at most the device's whole NVLink bandwidth.
+        bandwidth, at most the device's whole NVLink bandwidth. With --tp-comm-overlap (Transformer
+        Engine's userbuffers, sequence parallelism only) the collectives run behind the GEMMs, and only
+        what outlasts them is waited for; but each is split into tp chunks pipelined with the GEMM it
+        feeds or drains, so the forward's and the input gradients' GEMMs (two thirds of the linear
+        layers' FLOPs) run as tp GEMMs of mbs·s/tp tokens each, at the curve's value for that side.
     t_p2p = 2 sends of the mbs·s·h/tp activations each device passes to the next stage (sequence
-        parallelism, or the scatter/gather optimisation of Narayanan et al. 2021, splits them over tp),
-        over one direct link inside a node.
+        parallelism, or the scatter/gather optimisation of Narayanan et al. 2021, splits them over tp).
+        Megatron numbers ranks tp first and pp last, so a stage's next stage lies world/pp ranks on: in the
+        same node only where the whole job fits one (over one direct link); otherwise across nodes, each
+        device through its own network card (a node's devices send at once: its share of the node's
+        cards). With interleaving and --overlap-p2p-communication each send runs behind the model chunk
+        computed meanwhile, and only what outlasts it is waited for.
 
 Per iteration (1F1B: the bubble is (pp-1)/vp micro-batch slots; interleaving multiplies the sends):
 
     t_iter = gas · (t_compute + t_tp) + (pp-1)/vp · (t_compute + t_tp)_others + (vp·gas + pp - 1) · t_p2p
-           + exposed(t_grad_reduce, backward of the last micro-batch) + exposed(t_param_gather, its forward)
+           + exposed(t_grad_reduce, the backward after the first chunk's gradients are done)
+           + exposed(t_param_gather, the first forwards)
            + t_optimizer
 
 The steady state runs at the pace of the slowest stage (the last, which also runs the output layer, or
@@ -49,10 +58,14 @@ the one an uneven split gives the most layers); the fill and drain pass each mic
 other stage once, so the bubble runs at the other stages' mean pace, not the slowest's.
 
 The data-parallel terms: the gradient reduce-scatter (fp32 with bf16 or fp32 training, 16-bit with
-fp16, as Megatron accumulates them) and the distributed optimizer's parameter all-gather (16-bit), or one
-all-reduce without it, over the network share of each device (a node's devices all reduce at once).
-With --overlap-grad-reduce only what outlasts the last micro-batch's backward is exposed, with
---overlap-param-gather only what outlasts its forward; without them, all of it. t_optimizer: the
+fp16 or --grad-reduce-in-bf16, as Megatron accumulates them) and the distributed optimizer's parameter
+all-gather (16-bit), or one all-reduce without it: inside a node where a stage's tp x cp x dp ranks fit
+one, else over the network share of each device (a node's devices all reduce at once). With
+--overlap-grad-reduce a chunk's gradients are reduced once its last backward is done, so only what
+outlasts the backward after that is exposed: the last micro-batch's without interleaving; with vp model
+chunks, the last vp·pp chunk backwards but the first chunk's (the chunks finish in turn, pp micro-batches
+apart, the first last), ((vp-1)·pp + 1)/vp micro-batches' backward. With --overlap-param-gather the same
+holds for the next iteration's first forwards. Without them, all of it is exposed. t_optimizer: the
 optimizer step's passes over its gradients, weights and moments, each through device memory.
 
 `network` (the fraction of nominal link bandwidth collectives reach) and `memory` are fitted with the two
@@ -161,6 +174,7 @@ class Work:
     sends: int  # activation sends (pairs) of one iteration
     pp: int
     vp: int
+    overlap_p2p: bool  # each send behind the chunk computed meanwhile (interleaving only)
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     latency: float
@@ -173,6 +187,10 @@ class Work:
     cp_bandwidth: float = 1.0
     cp_hidden_flops: float = 0.0  # the attention core it overlaps with
     tp_overlap: bool = False
+    #: with tensor-parallel overlap, the linear-layer FLOPs run as tp chunks (the forward's and the input
+    #: gradients' GEMMs), and the side of a chunk's GEMM
+    chunked_flops: float = 0.0
+    chunk_side: float = 1.0
     attention_flops: float = 0.0  # of `flops`, the attention core a fused kernel runs at `attention_rate`
     attention_rate: float = 1.0  # FLOP/s on Megatron's count
 
@@ -190,7 +208,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     inter = system.inter_node_gbps * 1e9  # a node's cards together
     dpn = c.devices_per_node
     act = 4 if c.precision == "fp32" else 2
-    grad = 2 if c.precision == "fp16" else 4
+    grad = 2 if c.precision == "fp16" or c.grad_reduce_in_bf16 else 4
     s, h = model.seq_length, model.hidden_size
 
     full = 4 / 3 if c.recompute == "full" else 1.0
@@ -237,21 +255,31 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         tp_bytes=layers * collectives * tp_fraction * tokens * h * act, tp_steps=int(layers * collectives * tp_steps),
         tp_bandwidth=_within_node(system, c.tp) if c.tp <= dpn else inter,
         p2p_bytes=tokens * h * act / c.tp if c.pp > 1 else 0.0,
-        p2p_bandwidth=_within_node(system, 2) if c.tp * c.cp * c.pp <= dpn else inter / min(dpn, c.tp * c.cp),
+        p2p_bandwidth=_within_node(system, 2) if c.world <= dpn else inter / dpn,
         reduce_bytes=reduce_fraction * params * grad, reduce_steps=reduce_steps,
         gather_bytes=gather_fraction * params * act, gather_steps=gather_steps,
-        dp_bandwidth=_within_node(system, replicas) if c.world <= dpn else inter / dpn,
+        dp_bandwidth=_within_node(system, replicas) if c.tp * c.cp * c.dp <= dpn else inter / dpn,
         optimizer_bytes=_optimizer_bytes(params, shard, c.precision, act, grad),
         micro_batches=c.gas, bubble=(c.pp - 1) / c.vp, bubble_flops=bubble_flops,
         bubble_layers=bubble_layers, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
-        overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
+        overlap_p2p=c.overlap_p2p_comm and c.vp > 1, overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
         latency=(system.link_latency_us or 0.0) * 1e-6, matmul=system.matmul_rate()[0] * 1e12,
         memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
         fp8_flops=linear_share if c.precision == "fp8" else 0.0,
         fp8_matmul=_fp8_matmul(system) if c.precision == "fp8" else 0.0,
         **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
         **_fused_attention(model, c, system, per_layer * layers - linear_share),
-        tp_overlap=c.tp_comm_overlap and c.sequence_parallel and c.tp > 1)
+        **_overlap_chunks(c, linear_share, min(h / c.tp, tokens / c.tp)))
+
+
+def _overlap_chunks(c: Candidate, linear_flops: float, side: float) -> dict:
+    """Tensor-parallel overlap as Transformer Engine's userbuffers run it: each collective is split into tp
+    chunks pipelined with the GEMM it feeds or drains, so that GEMM runs as tp GEMMs of 1/tp of the tokens
+    each: the forward's and the input gradients' GEMMs, two thirds of the linear layers' FLOPs (the weight
+    gradients' GEMMs run whole behind a bulk all-gather)."""
+    if not (c.tp_comm_overlap and c.sequence_parallel and c.tp > 1):
+        return {}
+    return {"tp_overlap": True, "chunked_flops": linear_flops * 2 / 3, "chunk_side": side}
 
 
 def _optimizer_bytes(params: float, shard: float, precision: str, act: int, grad: int) -> float:
@@ -327,6 +355,9 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     t_core = w.attention_flops / (w.attention_rate * eff.gemm)  # 0 where the core is timed as GEMMs
     t_gemm = (w.flops - w.fp8_flops - w.attention_flops) / (w.matmul * curve) + \
         (w.fp8_flops / (w.fp8_matmul * curve) if w.fp8_flops else 0.0) + t_core
+    if w.chunked_flops:  # those GEMMs at their chunks' narrower side
+        chunk_curve = eff.gemm * w.chunk_side / (w.chunk_side + eff.gemm_half)
+        t_gemm += w.chunked_flops * (1 / chunk_curve - 1 / curve) / (w.fp8_matmul if w.fp8_flops else w.matmul)
     t_layers = w.elementwise_bytes / memory_bw  # what grows with a stage's layers, not its FLOPs
     if w.cp_bytes:  # the ring hides behind the attention core, as fast as that runs
         t_ring = w.cp_bytes / (w.cp_bandwidth * eff.network) + w.cp_steps * w.latency
@@ -336,11 +367,14 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
         t_tp = max(0.0, t_tp - t_gemm)
     t_p2p = 2 * (w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency) if w.p2p_bytes else 0.0
+    if w.overlap_p2p:  # a send and a receive a chunk, behind that chunk's forward or backward
+        t_p2p = max(0.0, t_p2p - (t_compute + t_tp) / w.vp)
     dp_bw = w.dp_bandwidth * eff.network
     t_reduce = w.reduce_bytes / dp_bw + w.reduce_steps * w.latency
     t_gather = w.gather_bytes / dp_bw + w.gather_steps * w.latency
-    exposed = (max(0.0, t_reduce - t_compute * 2 / 3) if w.overlap_grad_reduce else t_reduce) + \
-              (max(0.0, t_gather - t_compute / 3) if w.overlap_param_gather else t_gather)
+    window = ((w.vp - 1) * w.pp + 1) / w.vp  # micro-batches of backward (forward) the reduce (gather) can hide behind
+    exposed = (max(0.0, t_reduce - window * t_compute * 2 / 3) if w.overlap_grad_reduce else t_reduce) + \
+              (max(0.0, t_gather - window * t_compute / 3) if w.overlap_param_gather else t_gather)
     t_opt = w.optimizer_bytes / memory_bw
     steady = w.micro_batches * (t_compute + t_tp)
     bubble = w.bubble * (t_gemm * w.bubble_flops + (t_layers + t_tp) * w.bubble_layers)

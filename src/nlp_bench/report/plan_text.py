@@ -29,7 +29,7 @@ def _row(p) -> list:
 
 def _legend(shown: list, width: int | None) -> str:
     out = wrap("interval: where the measured tokens/s lies if the planner errs as it did on its published corpus "
-               "(5th-95th percentile of the leave-one-source-out errors, `bench plan validate`)", width) + "\n"
+               "(a 90% conformal interval of the leave-one-source-out errors, `bench plan validate`)", width) + "\n"
     far = next((p for p in shown if p.extrapolated), None)
     if far is not None:
         out += wrap(f"EXTRAPOLATED: outside the corpus ({'; '.join(far.outside)}): trust the interval less", width) + "\n"
