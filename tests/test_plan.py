@@ -476,3 +476,26 @@ def test_tensor_parallel_overlap_runs_the_gemms_it_hides_behind_in_tp_chunks():
     assert overlapped.compute_s > plain.compute_s
     assert overlapped.tp_s < plain.tp_s
     assert timing.work(m, vocab, replace(c, tp_comm_overlap=True, sequence_parallel=False), system).chunked_flops == 0
+
+
+def test_fp8_gemms_need_wider_sides_to_reach_their_rate():
+    """Measured on an H100 and an H200, an FP8 GEMM reaches half its (twice as fast) rate at a side 287/118
+    times wider than a BF16 one: FP8's gain shrinks on narrow GEMMs, as MLPerf's tp 4 chunks show."""
+    from nlp_bench.plan import timing
+
+    assert timing.FP8_HALF_RATIO == pytest.approx(287 / 118)
+    m, system = _h100_175b()
+    vocab = pad_vocab(m.vocab_size, 4)
+    eff = timing.Efficiency()
+    w = timing.work(m, vocab, Candidate(64, 8, 4, 8, 1, 16, precision="fp8", flash_attention=False), system)
+    curve = eff.gemm * w.side / (w.side + eff.gemm_half)
+    curve8 = eff.gemm * w.side / (w.side + eff.gemm_half * 287 / 118)
+    expected = (w.flops - w.fp8_flops) / (w.matmul * curve) + w.fp8_flops / (w.fp8_matmul * curve8) + \
+        w.elementwise_bytes / (w.memory_bandwidth * eff.memory)
+    assert timing.timed(w, eff).compute_s == pytest.approx(expected)
+    gain = {}
+    for tp in (1, 8):
+        c = Candidate(64, 8, tp, 8, 1, 16)
+        bf16, fp8 = (timing.estimate(m, vocab, replace(c, precision=p), system, eff).compute_s for p in ("bf16", "fp8"))
+        gain[tp] = bf16 / fp8
+    assert gain[1] > gain[8] > 1

@@ -70,14 +70,14 @@ def test_leave_one_source_out_errors(trust, rows):
     # and fused attention timed against each device's measured rates, FP8 casts counted, gradient
     # accumulation and the backward's tensor-parallel all-reduce as the row's software ran them, the optimizer
     # step's every pass, constants held near what the hardware measures, each publication weighing as one in
-    # the fit, the bubble at the other stages' pace, conformal intervals, the overlaps MLPerf's FP8 runs use:
-    # 63 rows of 11 publications, median 8.7%, largest 28.7%, 84% inside the others' intervals, mean
-    # half-width ±19.6%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only keep a change from
-    # making it worse.
-    assert trust.median_abs_error <= 0.095
-    assert trust.max_abs_error <= 0.30
-    assert trust.coverage >= 0.82
-    assert trust.mean_half_width <= 0.21
+    # the fit, the bubble at the other stages' pace, conformal intervals, the overlaps MLPerf's FP8 runs use,
+    # FP8's measured GEMM curve: 63 rows of 11 publications, median 7.1%, largest 18.8%, 90% inside the
+    # others' intervals, mean half-width ±17.2%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only
+    # keep a change from making it worse.
+    assert trust.median_abs_error <= 0.08
+    assert trust.max_abs_error <= 0.20
+    assert trust.coverage >= 0.85
+    assert trust.mean_half_width <= 0.20
     assert trust.error_low < 0 < trust.error_high
     assert trust.publications == len({r.publication for r in rows}) >= 11
     # the fit never sees a row with an assumed input

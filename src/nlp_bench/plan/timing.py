@@ -15,7 +15,8 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         times `gemm` instead. `matmul` is the rate a large GEMM was
         measured to reach on the device (System.matmul_rate; FP8's for the linear layers of an FP8 run), not
         the datasheet peak: devices fall short of their peaks by different amounts, so only a rate measured
-        on each lets constants fitted on one device's runs predict another's. Element-wise work (LayerNorms,
+        on each lets constants fitted on one device's runs predict another's. An FP8 GEMM's curve reaches
+        half its asymptote at a side FP8_HALF_RATIO times wider (measured). Element-wise work (LayerNorms,
         dropouts, GeLU, softmax, residual adds) is memory-bound: it touches each activation Korthikanti
         et al. count (plan.memory, nothing recomputed) three times (written in the forward, read in the
         backward, its gradient written), four with full recompute. Without gradient-accumulation fusion
@@ -81,6 +82,13 @@ from nlp_bench.plan.candidate import Candidate
 from nlp_bench.plan.memory import layer_activation_bytes, parameters_on_most_loaded_shard
 from nlp_bench.spec.models import ModelSpec
 from nlp_bench.spec.systems import System
+
+#: How much wider an FP8 GEMM must be than a 16-bit one to reach the same share of its (twice as fast) rate:
+#: the GEMM curve's half size in FP8 over BF16's. benchmark/perf/gemm_rates.py on an H100 and an H200
+#: (benchmark/perf/measured/, 2026-11-26): a layer's GEMMs at 8192 tokens, each device's rates over its best
+#: square GEMM in that precision, fitted as rate · d / (d + half) with one half per precision over both
+#: devices: 287 in FP8 (E4M3 through torch._scaled_mm), 118 in BF16 (per device 302 and 274 against 146 and 92).
+FP8_HALF_RATIO = 287 / 118
 
 
 @dataclass(frozen=True)
@@ -352,12 +360,15 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     """The work at the efficiencies' rates."""
     memory_bw = w.memory_bandwidth * eff.memory
     curve = eff.gemm * w.side / (w.side + eff.gemm_half)
+    curve8 = eff.gemm * w.side / (w.side + eff.gemm_half * FP8_HALF_RATIO)
     t_core = w.attention_flops / (w.attention_rate * eff.gemm)  # 0 where the core is timed as GEMMs
     t_gemm = (w.flops - w.fp8_flops - w.attention_flops) / (w.matmul * curve) + \
-        (w.fp8_flops / (w.fp8_matmul * curve) if w.fp8_flops else 0.0) + t_core
+        (w.fp8_flops / (w.fp8_matmul * curve8) if w.fp8_flops else 0.0) + t_core
     if w.chunked_flops:  # those GEMMs at their chunks' narrower side
-        chunk_curve = eff.gemm * w.chunk_side / (w.chunk_side + eff.gemm_half)
-        t_gemm += w.chunked_flops * (1 / chunk_curve - 1 / curve) / (w.fp8_matmul if w.fp8_flops else w.matmul)
+        half = eff.gemm_half * (FP8_HALF_RATIO if w.fp8_flops else 1.0)
+        chunk_curve = eff.gemm * w.chunk_side / (w.chunk_side + half)
+        t_gemm += w.chunked_flops * (1 / chunk_curve - 1 / (curve8 if w.fp8_flops else curve)) / \
+            (w.fp8_matmul if w.fp8_flops else w.matmul)
     t_layers = w.elementwise_bytes / memory_bw  # what grows with a stage's layers, not its FLOPs
     if w.cp_bytes:  # the ring hides behind the attention core, as fast as that runs
         t_ring = w.cp_bytes / (w.cp_bandwidth * eff.network) + w.cp_steps * w.latency
