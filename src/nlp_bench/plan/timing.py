@@ -37,21 +37,21 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         bandwidth, at most the device's whole NVLink bandwidth. With --tp-comm-overlap (Transformer
         Engine's userbuffers, sequence parallelism only) the collectives run behind the GEMMs, and only
         what outlasts them is waited for; but each is split into tp chunks pipelined with the GEMM it
-        feeds or drains, so the forward's and the input gradients' GEMMs (two thirds of the linear
-        layers' FLOPs) run as tp GEMMs of mbs·s/tp tokens each, at the curve's value for that side.
+        feeds or drains, so the forward GEMMs and the projection's and fc2's input-gradient GEMMs (17/36
+        of GPT's linear FLOPs) run as tp GEMMs of mbs·s/tp tokens each, at the curve's value for that side.
     t_p2p = 2 sends of the mbs·s·h/tp activations each device passes to the next stage (sequence
         parallelism, or the scatter/gather optimisation of Narayanan et al. 2021, splits them over tp).
         Megatron numbers ranks tp first and pp last, so a stage's next stage lies world/pp ranks on: in the
         same node only where the whole job fits one (over one direct link); otherwise across nodes, each
         device through its own network card (a node's devices send at once: its share of the node's
-        cards). With interleaving and --overlap-p2p-communication each send runs behind the model chunk
-        computed meanwhile, and only what outlasts it is waited for.
+        cards). With interleaving and --overlap-p2p-communication the forward's send runs behind a chunk's
+        backward and the backward's behind a forward, and only what outlasts them is waited for.
 
 Per iteration (1F1B: the bubble is (pp-1)/vp micro-batch slots; interleaving multiplies the sends):
 
     t_iter = gas · (t_compute + t_tp) + (pp-1)/vp · (t_compute + t_tp)_others + (vp·gas + pp - 1) · t_p2p
-           + exposed(t_grad_reduce, the backward after the first chunk's gradients are done)
-           + exposed(t_param_gather, the first forwards)
+           + exposed(t_grad_reduce, behind the chunks' last backwards)
+           + exposed(t_param_gather, behind their first forwards)
            + t_optimizer
 
 The steady state runs at the pace of the slowest stage (the last, which also runs the output layer, or
@@ -62,11 +62,12 @@ The data-parallel terms: the gradient reduce-scatter (fp32 with bf16 or fp32 tra
 fp16 or --grad-reduce-in-bf16, as Megatron accumulates them) and the distributed optimizer's parameter
 all-gather (16-bit), or one all-reduce without it: inside a node where a stage's tp x cp x dp ranks fit
 one, else over the network share of each device (a node's devices all reduce at once). With
---overlap-grad-reduce a chunk's gradients are reduced once its last backward is done, so only what
-outlasts the backward after that is exposed: the last micro-batch's without interleaving; with vp model
-chunks, the last vp·pp chunk backwards but the first chunk's (the chunks finish in turn, pp micro-batches
-apart, the first last), ((vp-1)·pp + 1)/vp micro-batches' backward. With --overlap-param-gather the same
-holds for the next iteration's first forwards. Without them, all of it is exposed. t_optimizer: the
+--overlap-grad-reduce a chunk's gradients are reduced as its last backward runs, so only what outlasts
+the backward after that start is exposed: the last micro-batch's without interleaving. With vp model
+chunks the chunks' last backwards come pp chunk-steps apart (model chunk 0's last), and the network
+serves their shares in turn: the first share has up to ((vp-1)·pp + 1)/vp micro-batches of backward
+to hide behind, the last only its own chunk's step. With --overlap-param-gather the same holds for the
+next iteration's first forwards. Without them, all of it is exposed. t_optimizer: the
 optimizer step's passes over its gradients, weights and moments, each through device memory.
 
 `network` (the fraction of nominal link bandwidth collectives reach) and `memory` are fitted with the two
@@ -235,7 +236,8 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     if c.pp > 1:
         all_layers_of_stages = first + (c.pp - 2) * middle + last
         bubble_flops = (all_layers_of_stages * per_layer + logits - per_micro_batch) / (c.pp - 1) / per_micro_batch
-        bubble_layers = (all_layers_of_stages - layers) / (c.pp - 1) / layers
+        # a last stage of no layers but the output layer's: the others' layers count as its own would
+        bubble_layers = (all_layers_of_stages - layers) / (c.pp - 1) / layers if layers else 1.0
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
@@ -277,17 +279,25 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         fp8_matmul=_fp8_matmul(system) if c.precision == "fp8" else 0.0,
         **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
         **_fused_attention(model, c, system, per_layer * layers - linear_share),
-        **_overlap_chunks(c, linear_share, min(h / c.tp, tokens / c.tp)))
+        **_overlap_chunks(model, c, linear_share, min(h / c.tp, tokens / c.tp)))
 
 
-def _overlap_chunks(c: Candidate, linear_flops: float, side: float) -> dict:
-    """Tensor-parallel overlap as Transformer Engine's userbuffers run it: each collective is split into tp
-    chunks pipelined with the GEMM it feeds or drains, so that GEMM runs as tp GEMMs of 1/tp of the tokens
-    each: the forward's and the input gradients' GEMMs, two thirds of the linear layers' FLOPs (the weight
-    gradients' GEMMs run whole behind a bulk all-gather)."""
+def _overlap_chunks(model: ModelSpec, c: Candidate, linear_flops: float, side: float) -> dict:
+    """Tensor-parallel overlap as Transformer Engine's userbuffers run it (its default configuration, as
+    Megatron-LM and NeMo pass it): the all-gather before each forward GEMM and the reduce-scatter after it
+    are split into tp chunks pipelined with the GEMM (ring exchange, or a chunked pipeline), so each forward
+    GEMM runs as tp GEMMs of 1/tp of the tokens; so do the projection's and fc2's input-gradient GEMMs
+    (ring exchange of the output gradient). qkv's and fc1's input gradients and every weight gradient run
+    whole beside a bulk collective. Of the linear FLOPs (forward, again with full recompute, input and
+    weight gradients alike), the forwards' and the projection's and fc2's input gradients' share."""
     if not (c.tp_comm_overlap and c.sequence_parallel and c.tp > 1):
         return {}
-    return {"tp_overlap": True, "chunked_flops": linear_flops * 2 / 3, "chunk_side": side}
+    h, g = model.hidden_size, model.query_groups * model.head_dim
+    qkv, proj = h * (h + 2 * g), h * h
+    fc1, fc2 = h * model.ffn_hidden_size * (2 if model.swiglu else 1), h * model.ffn_hidden_size
+    forwards = 2 if c.recompute == "full" else 1
+    share = (forwards + (proj + fc2) / (qkv + proj + fc1 + fc2)) / (forwards + 2)
+    return {"tp_overlap": True, "chunked_flops": linear_flops * share, "chunk_side": side}
 
 
 def _optimizer_bytes(params: float, shard: float, precision: str, act: int, grad: int) -> float:
@@ -356,6 +366,15 @@ def _context_exchange(model: ModelSpec, c: Candidate, system: System, layers: in
             "cp_hidden_flops": core_flops}
 
 
+def _behind_chunks(total: float, per_micro_batch: float, w: Work) -> float:
+    """What a data-parallel collective of the vp chunks' weights leaves exposed when each chunk's share
+    starts once its last backward starts (or must end before its first forward): the chunks take turns pp
+    chunk-steps apart, the network serves their shares in turn, so the last k shares have the last chunk's
+    step and k - 1 gaps of pp steps to hide in; the worst k is the first or the last."""
+    step = per_micro_batch / w.vp
+    return max(0.0, max((k * total / w.vp - ((k - 1) * w.pp + 1) * step) for k in (1, w.vp)))
+
+
 def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     """The work at the efficiencies' rates."""
     memory_bw = w.memory_bandwidth * eff.memory
@@ -378,14 +397,14 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
         t_tp = max(0.0, t_tp - t_gemm)
     t_p2p = 2 * (w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency) if w.p2p_bytes else 0.0
-    if w.overlap_p2p:  # a send and a receive a chunk, behind that chunk's forward or backward
-        t_p2p = max(0.0, t_p2p - (t_compute + t_tp) / w.vp)
+    if w.overlap_p2p:  # the forward's send behind a chunk's backward, the backward's behind a forward
+        chunk, one = (t_compute + t_tp) / w.vp, t_p2p / 2
+        t_p2p = max(0.0, one - chunk * 2 / 3) + max(0.0, one - chunk / 3)
     dp_bw = w.dp_bandwidth * eff.network
     t_reduce = w.reduce_bytes / dp_bw + w.reduce_steps * w.latency
     t_gather = w.gather_bytes / dp_bw + w.gather_steps * w.latency
-    window = ((w.vp - 1) * w.pp + 1) / w.vp  # micro-batches of backward (forward) the reduce (gather) can hide behind
-    exposed = (max(0.0, t_reduce - window * t_compute * 2 / 3) if w.overlap_grad_reduce else t_reduce) + \
-              (max(0.0, t_gather - window * t_compute / 3) if w.overlap_param_gather else t_gather)
+    exposed = (_behind_chunks(t_reduce, t_compute * 2 / 3, w) if w.overlap_grad_reduce else t_reduce) + \
+              (_behind_chunks(t_gather, t_compute / 3, w) if w.overlap_param_gather else t_gather)
     t_opt = w.optimizer_bytes / memory_bw
     steady = w.micro_batches * (t_compute + t_tp)
     bubble = w.bubble * (t_gemm * w.bubble_flops + (t_layers + t_tp) * w.bubble_layers)

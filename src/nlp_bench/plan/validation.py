@@ -99,8 +99,8 @@ class HeldOutRow:
 
 def _interval(errors: list[float]) -> tuple[float, float]:
     """The split-conformal interval of `errors` (see above): the ceil((n + 1) · 0.95)-th smallest error and as
-    many from the top. With fewer than 19 errors no order statistic holds 95% on a side and the interval is
-    the errors' whole range."""
+    many from the top. Up to 38 errors that is their whole range (k = 1), which holds 90% of new ones from 19
+    errors on; below 19 no interval of them does, and the whole range is the widest they give."""
     if not errors:
         return 0.0, 0.0
     ordered = sorted(errors)
