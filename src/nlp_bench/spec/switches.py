@@ -49,9 +49,10 @@ class Switches:
     #: the column-parallel backward all-reduce behind the weight-gradient GEMM (off:
     #: --no-async-tensor-model-parallel-allreduce)
     async_tp_allreduce: bool = True
-    #: with interleaving, pipeline sends behind the chunk computed meanwhile (off:
-    #: --no-overlap-p2p-communication; Megatron-LM before October 2023 needed --overlap-p2p-communication)
-    overlap_p2p_comm: bool = True
+    #: with interleaving, pipeline sends behind the chunk computed meanwhile: the reference's
+    #: --overlap-p2p-communication (an opt-in there; Megatron-LM's default from 0.4.0, where
+    #: --no-overlap-p2p-communication turns it off: benchmark/megatron-lm/translations.yaml)
+    overlap_p2p_comm: bool = False
     #: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16)
     grad_reduce_in_bf16: bool = False
     #: fused ops turned off, each with the flag that did it
@@ -116,7 +117,8 @@ def decode(flags: Mapping[str, Any], *, xla_use_bf16: bool = False) -> Switches:
         masked_softmax_fusion=not get("no-masked-softmax-fusion"), persist_layer_norm=not get("no-persist-layer-norm"),
         gradient_accumulation_fusion=not get("no-gradient-accumulation-fusion"),
         async_tp_allreduce=not get("no-async-tensor-model-parallel-allreduce"),
-        overlap_p2p_comm=not get("no-overlap-p2p-communication"), grad_reduce_in_bf16=bool(get("grad-reduce-in-bf16")),
+        overlap_p2p_comm=bool(get("overlap-p2p-communication")) and not get("no-overlap-p2p-communication"),
+        grad_reduce_in_bf16=bool(get("grad-reduce-in-bf16")),
         unfused={op: f"--{flag}" for op, flag in UNFUSING_FLAGS.items() if get(flag)},
         layers_per_virtual_stage=None if per_stage is None else int(per_stage),
     )
