@@ -196,8 +196,8 @@ class Work:
     cp_bandwidth: float = 1.0
     cp_hidden_flops: float = 0.0  # the attention core it overlaps with
     tp_overlap: bool = False
-    #: with tensor-parallel overlap, the linear-layer FLOPs run as tp chunks (the forward's and the input
-    #: gradients' GEMMs), and the side of a chunk's GEMM
+    #: with tensor-parallel overlap, the linear-layer FLOPs run as tp chunks (the forward GEMMs, the
+    #: projection's and fc2's input gradients'), and the side of a chunk's GEMM
     chunked_flops: float = 0.0
     chunk_side: float = 1.0
     attention_flops: float = 0.0  # of `flops`, the attention core a fused kernel runs at `attention_rate`
@@ -236,7 +236,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     if c.pp > 1:
         all_layers_of_stages = first + (c.pp - 2) * middle + last
         bubble_flops = (all_layers_of_stages * per_layer + logits - per_micro_batch) / (c.pp - 1) / per_micro_batch
-        # a last stage of no layers but the output layer's: the others' layers count as its own would
+        # where the slowest is a last stage holding the output layer alone, its per-layer work is taken as theirs
         bubble_layers = (all_layers_of_stages - layers) / (c.pp - 1) / layers if layers else 1.0
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
@@ -272,7 +272,8 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         optimizer_bytes=_optimizer_bytes(params, shard, c.precision, act, grad),
         micro_batches=c.gas, bubble=(c.pp - 1) / c.vp, bubble_flops=bubble_flops,
         bubble_layers=bubble_layers, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
-        overlap_p2p=c.overlap_p2p_comm and c.vp > 1, overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather,
+        overlap_p2p=c.overlap_p2p_comm and c.vp > 1, overlap_grad_reduce=c.overlap_grad_reduce,
+        overlap_param_gather=c.overlap_param_gather,
         latency=(system.link_latency_us or 0.0) * 1e-6, matmul=system.matmul_rate()[0] * 1e12,
         memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
         fp8_flops=linear_share if c.precision == "fp8" else 0.0,
