@@ -46,9 +46,10 @@ _REQUIRED_MODEL = ("num-layers", "hidden-size", "num-attention-heads", "seq-leng
 
 _ROW_INTS = ("gpus", "nodes", "tp", "pp", "cp", "vp", "mbs", "global_batch_size",
              "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+#: switches whose Candidate default is Megatron-LM's own, so a row that leaves one out keeps it
+_MEGATRON_DEFAULTS = ("gradient_accumulation_fusion", "async_tp_allreduce", "overlap_p2p_comm", "grad_reduce_in_bf16")
 _ROW_SWITCHES = ("sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "flash_attention",
-                 "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
-                 "async_tp_allreduce", "overlap_p2p_comm", "grad_reduce_in_bf16")
+                 "overlap_grad_reduce", "overlap_param_gather", *_MEGATRON_DEFAULTS)
 ROW_PRECISIONS = ("bf16", "fp16", "fp8")
 ROW_KEYS = ("id", "model", "system", "recompute", "precision", *_ROW_INTS, *_ROW_SWITCHES)
 
@@ -195,10 +196,7 @@ def read_row(row: Any, index: int, source: str) -> Row:
                   first_stage_layers=row.get("decoder_first_pipeline_num_layers"),
                   last_stage_layers=row.get("decoder_last_pipeline_num_layers"),
                   tp_comm_overlap=row.get("tp_comm_overlap", False),
-                  gradient_accumulation_fusion=row.get("gradient_accumulation_fusion", True),
-                  async_tp_allreduce=row.get("async_tp_allreduce", True),
-                  overlap_p2p_comm=row.get("overlap_p2p_comm", True),
-                  grad_reduce_in_bf16=row.get("grad_reduce_in_bf16", False))
+                  **{k: row[k] for k in _MEGATRON_DEFAULTS if k in row})
     return Row(str(ident), Planned(model, system, c), stated=stated)
 
 
