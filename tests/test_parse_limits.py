@@ -308,6 +308,24 @@ def test_compiled_layouts_give_each_line_its_own_record(text):
     assert scans[0].result()[0] == _one_line_at_a_time(text)
 
 
+def test_a_key_run_into_its_value_is_no_field_in_the_compiled_layout_either():
+    """`grad norm1.234` (no colon, no space) is no field read alone; the compiled layout, which lets a known key
+    go without its colon as Megatron 2019 wrote it, had read it as grad norm 1.234 (found by the test above)."""
+    good = _iteration(100) + "\n"
+    bad = _iteration(300).replace("grad norm: ", "grad norm") + "\n"
+    assert "grad norm1.234" in bad
+    text = good * 20 + bad + good.replace(" 100/", " 400/") * 20
+    original = megatron._NEW_LAYOUT_LINES
+    megatron._NEW_LAYOUT_LINES = 0
+    try:
+        scans, _ = parsers._read([text], ["megatron"])
+    finally:
+        megatron._NEW_LAYOUT_LINES = original
+    assert scans[0].layouts
+    assert scans[0].result()[0] == _one_line_at_a_time(text)
+    assert [r.grad_norm is None for r in scans[0].result()[0]] == [False, True, False]
+
+
 def test_memory_does_not_grow_with_the_text(tmp_path):
     """A file of noise, a few records and a 2 MB line, read 64 KiB at a time: what is allocated at the peak
     is a small part of the file (reading it whole allocated it twice over, bytes and text)."""

@@ -252,8 +252,9 @@ class _Layout:
         self.keys = keys
         self.handlers = [h for h in map(_handler, keys) if h is not None]
         # [ \t], never \s: a match must not run on into the next line
-        # a known key may come without its colon (Megatron 2019), as _field reads it
-        parts = [rf"[ \t]*{re.escape(k)}[ \t]*:?[ \t]*({_VALUE})[ \t]*\|" if _handler(k)
+        # a known key may come without its colon (Megatron 2019), as _field reads it: then a space, at least,
+        # parts it from its value
+        parts = [rf"[ \t]*{re.escape(k)}(?:[ \t]*:[ \t]*|[ \t]+)({_VALUE})[ \t]*\|" if _handler(k)
                  else rf"[ \t]*{re.escape(k)}[ \t]*:[ \t]*{_VALUE}[ \t]*\|" for k in keys]
         # a line of another shape matches the second branch and gives a row of empty strings: one row per line
         self.regex = re.compile(r"^(?:iteration[ \t]+(\d{1,18})[ \t]*/[ \t]*(\d{1,18})[ \t]*\|" + "".join(parts)
