@@ -532,3 +532,50 @@ def test_fp8_gemms_need_wider_sides_to_reach_their_rate():
     expected = (w.flops - w.fp8_flops) / (w.matmul * curve) + w.fp8_flops / (w.fp8_matmul * curve8) + \
         w.elementwise_bytes / (w.memory_bandwidth * eff.memory)
     assert timing.timed(w, eff).compute_s == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("vp, gas", [(1, 16), (2, 8), (4, 16), (12, 8), (12, 32)])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_pipeline_terms_match_a_replay_of_megatrons_schedule(vp, gas, overlap):
+    """The steady state, the bubble and the sends against a step-by-step replay of Megatron's 1F1B schedule
+    (tests/pipeline_schedule.py) on stages of equal work. Waited sends delay every step; overlapped ones hide
+    behind the steps, but the first micro-batch's forward and backward still wait for each of their
+    2 (pp·vp - 1) sends through every chunk, in the fill and the drain."""
+    from pipeline_schedule import makespan
+
+    from nlp_bench.plan import timing
+
+    m, system = _h100_175b()
+    vocab = pad_vocab(m.vocab_size, 4)
+    eff = timing.Efficiency()
+    c = Candidate(64, 8, 4, 8, 1, gas, vp=vp, overlap_p2p_comm=overlap, flash_attention=False)
+    w = replace(timing.work(m, vocab, c, system), tp_bytes=0.0, tp_steps=0, reduce_bytes=0.0, reduce_steps=0,
+                gather_bytes=0.0, gather_steps=0, optimizer_bytes=0.0, bubble_flops=1.0, bubble_layers=1.0)
+    assert w.overlap_p2p == (overlap and vp > 1)
+    for scale in (1.0, 4.0):  # sends shorter than a chunk's forward step, as the model's overlap needs
+        est = timing.timed(replace(w, p2p_bytes=w.p2p_bytes * scale), eff)
+        step = est.compute_s / vp
+        one = (w.p2p_bytes * scale / (w.p2p_bandwidth * eff.network) + w.latency)
+        assert one < step / 3
+        replay = makespan(8, vp, gas, step / 3, step * 2 / 3, one, waited_sends=not w.overlap_p2p)
+        assert est.iteration_s == pytest.approx(replay, rel=1e-9)
+
+
+def test_fp8_casts_each_weight_once_an_iteration():
+    """Transformer Engine casts a weight to FP8 at the iteration's first micro-batch and reuses the cast: a
+    read in 16 bits and two FP8 writes (as is and transposed) per linear weight of the stage, once."""
+    from nlp_bench.plan import timing
+
+    m, system = _h100_175b()
+    vocab = pad_vocab(m.vocab_size, 4)
+    eff = timing.Efficiency()
+    c = Candidate(64, 8, 4, 8, 1, 16, precision="fp8")
+    w = timing.work(m, vocab, c, system)
+    h, f = m.hidden_size, m.ffn_hidden_size
+    assert w.weight_cast_bytes == pytest.approx(12 * (4 * h * h + 2 * h * f) / 4 * 4)  # 12 layers a stage
+    assert timing.work(m, vocab, replace(c, precision="bf16"), system).weight_cast_bytes == 0
+    for gas in (16, 64):
+        sized = replace(w, micro_batches=gas)
+        without = timing.timed(replace(sized, weight_cast_bytes=0.0), eff).iteration_s
+        assert timing.timed(sized, eff).iteration_s - without == \
+            pytest.approx(w.weight_cast_bytes / (w.memory_bandwidth * eff.memory))

@@ -45,14 +45,17 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         same node only where the whole job fits one (over one direct link); otherwise across nodes, each
         device through its own network card (a node's devices send at once: its share of the node's
         cards). With interleaving and --overlap-p2p-communication the forward's send runs behind a chunk's
-        backward and the backward's behind a forward, and only what outlasts them is waited for.
+        backward and the backward's behind a forward, and only what outlasts them is waited for; but nothing
+        runs beside the first micro-batch's path through all pp·vp chunks and back in the fill and the drain,
+        so its 2 (pp·vp - 1) sends are waited for whole (tests/pipeline_schedule.py replays the schedule).
 
 Per iteration (1F1B: the bubble is (pp-1)/vp micro-batch slots; interleaving multiplies the sends):
 
     t_iter = gas · (t_compute + t_tp) + (pp-1)/vp · (t_compute + t_tp)_others + (vp·gas + pp - 1) · t_p2p
+           [+ 2 (pp·vp - 1) · t_send, the fill's and the drain's, with overlapped sends]
            + exposed(t_grad_reduce, behind the chunks' last backwards)
            + exposed(t_param_gather, behind their first forwards)
-           + t_optimizer
+           + t_optimizer [+ FP8's weight casts]
 
 The steady state runs at the pace of the slowest stage (the last, which also runs the output layer, or
 the one an uneven split gives the most layers); the fill and drain pass each micro-batch through every
@@ -68,7 +71,8 @@ chunks the chunks' last backwards come pp chunk-steps apart (model chunk 0's las
 serves their shares in turn: the first share has up to ((vp-1)·pp + 1)/vp micro-batches of backward
 to hide behind, the last only its own chunk's step. With --overlap-param-gather the same holds for the
 next iteration's first forwards. Without them, all of it is exposed. t_optimizer: the
-optimizer step's passes over its gradients, weights and moments, each through device memory.
+optimizer step's passes over its gradients, weights and moments, each through device memory. FP8 casts
+each linear weight of the stage once an iteration, through device memory too (_FP8_WEIGHT_CAST_BYTES).
 
 `network` (the fraction of nominal link bandwidth collectives reach) and `memory` are fitted with the two
 GEMM constants (plan.calibrate); every fitted efficiency lies in (0, 1].
@@ -90,6 +94,11 @@ from nlp_bench.spec.systems import System
 #: square GEMM in that precision, fitted as rate · d / (d + half) with one half per precision over both
 #: devices: 287 in FP8 (E4M3 through torch._scaled_mm), 118 in BF16 (per device 302 and 274 against 146 and 92).
 FP8_HALF_RATIO = 287 / 118
+
+#: Bytes an FP8 run moves per linear weight and iteration to cast its weights: Transformer Engine casts each
+#: weight once, at the iteration's first micro-batch (Megatron-LM marks it; later micro-batches reuse the
+#: cast), reading it in 16 bits and writing it in FP8 as is and transposed (the amax in the same kernel).
+_FP8_WEIGHT_CAST_BYTES = 2 + 1 + 1
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,7 @@ class Work:
     gather_steps: int
     dp_bandwidth: float
     optimizer_bytes: float
+    weight_cast_bytes: float  # per iteration: FP8's casts of the stage's weights (TE's first micro-batch)
     micro_batches: int  # per iteration (gas): the steady state's slots
     bubble: float  # the bubble's slots: (pp - 1) / vp
     bubble_flops: float  # the other stages' mean FLOPs per micro-batch, as a share of the slowest's
@@ -241,8 +251,10 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
+    weight_casts = 0.0
     if c.precision == "fp8":
         elementwise += layers * _fp8_cast_bytes(model, c, c.recompute == "full")
+        weight_casts = layers * _linear_weights(model) / c.tp * _FP8_WEIGHT_CAST_BYTES
     params = parameters_on_most_loaded_shard(model, vocab_padded, c)
     if not c.gradient_accumulation_fusion:
         elementwise += params * (act + 2 * grad)
@@ -269,7 +281,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         reduce_bytes=reduce_fraction * params * grad, reduce_steps=reduce_steps,
         gather_bytes=gather_fraction * params * act, gather_steps=gather_steps,
         dp_bandwidth=_within_node(system, replicas) if c.tp * c.cp * c.dp <= dpn else inter / dpn,
-        optimizer_bytes=_optimizer_bytes(params, shard, c.precision, act, grad),
+        optimizer_bytes=_optimizer_bytes(params, shard, c.precision, act, grad), weight_cast_bytes=weight_casts,
         micro_batches=c.gas, bubble=(c.pp - 1) / c.vp, bubble_flops=bubble_flops,
         bubble_layers=bubble_layers, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
         overlap_p2p=c.overlap_p2p_comm and c.vp > 1, overlap_grad_reduce=c.overlap_grad_reduce,
@@ -311,13 +323,17 @@ def _optimizer_bytes(params: float, shard: float, precision: str, act: int, grad
     return shard * step + params * grad
 
 
+def _linear_weights(model: ModelSpec) -> float:
+    """One layer's linear-layer weights, all tp ranks together."""
+    norms = (2 if model.normalization == "LayerNorm" else 1) * 2 * model.hidden_size
+    return model.layer_parameters(biases=False) - norms
+
+
 def _linear_flops(model: ModelSpec, c: Candidate, full: float) -> float:
     """One layer's linear-layer FLOPs for one micro-batch on one device (what FP8 recipes run in FP8; the
     attention core stays in 16 bits): 6 per weight per token, forward and backward, again for a full
     recompute's forward."""
-    norms = (2 if model.normalization == "LayerNorm" else 1) * 2 * model.hidden_size
-    weights = model.layer_parameters(biases=False) - norms
-    return 6.0 * weights * c.mbs * model.seq_length / c.cp * full / c.tp
+    return 6.0 * _linear_weights(model) * c.mbs * model.seq_length / c.cp * full / c.tp
 
 
 def _fp8_cast_bytes(model: ModelSpec, c: Candidate, full: bool) -> float:
@@ -398,18 +414,22 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
         t_tp = max(0.0, t_tp - t_gemm)
     t_p2p = 2 * (w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency) if w.p2p_bytes else 0.0
+    t_sends = w.sends * t_p2p
     if w.overlap_p2p:  # the forward's send behind a chunk's backward, the backward's behind a forward
         chunk, one = (t_compute + t_tp) / w.vp, t_p2p / 2
         t_p2p = max(0.0, one - chunk * 2 / 3) + max(0.0, one - chunk / 3)
+        fill = 2 * (w.pp * w.vp - 1) * one  # the first micro-batch's way through every chunk and back
+        t_sends = min(t_sends, w.sends * t_p2p + fill)  # never slower than waiting for each send
     dp_bw = w.dp_bandwidth * eff.network
     t_reduce = w.reduce_bytes / dp_bw + w.reduce_steps * w.latency
     t_gather = w.gather_bytes / dp_bw + w.gather_steps * w.latency
     exposed = (_behind_chunks(t_reduce, t_compute * 2 / 3, w) if w.overlap_grad_reduce else t_reduce) + \
               (_behind_chunks(t_gather, t_compute / 3, w) if w.overlap_param_gather else t_gather)
     t_opt = w.optimizer_bytes / memory_bw
+    t_casts = w.weight_cast_bytes / memory_bw
     steady = w.micro_batches * (t_compute + t_tp)
     bubble = w.bubble * (t_gemm * w.bubble_flops + (t_layers + t_tp) * w.bubble_layers)
-    iteration = steady + bubble + w.sends * t_p2p + exposed + t_opt
+    iteration = steady + bubble + t_sends + exposed + t_opt + t_casts
     return TimeEstimate(iteration, t_compute, t_tp, t_p2p, t_reduce + t_gather, exposed, t_opt,
                         bubble / (steady + bubble))
 
