@@ -100,6 +100,8 @@ def test_a_stated_layout_is_predicted_as_the_tag_with_the_same_layout_is(bench, 
     ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "tp": 8, "global_batch_size": 8,
       "tp_comm_overlap": True}, "tp_comm_overlap needs sequence_parallel"),
     ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "global_batch_size": 8,
+      "fp8_param_gather": True, "distributed_optimizer": True}, "fp8_param_gather needs precision fp8"),
+    ({"id": "a", "model": "gpt-13b", "system": "h100-8", "gpus": 8, "global_batch_size": 8,
       "gradient_accumulation_fusion": "no"}, "gradient_accumulation_fusion"),
 ])
 def test_a_faulty_row_is_one_line_naming_the_file_and_the_row(tmp_path, row, needle):

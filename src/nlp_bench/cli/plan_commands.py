@@ -175,8 +175,8 @@ def plan_predict(ctx: click.Context, rows_file: Path, as_json: bool) -> None:
     Megatron-LM's flag names without --: num-layers, hidden-size, num-attention-heads, num-query-groups,
     ffn-hidden-size, seq-length, vocab-size, swiglu, ...), a system (profile name or file), gpus or nodes,
     tp, pp, cp, vp, mbs, global_batch_size, recompute, sequence_parallel, distributed_optimizer, precision
-    (bf16, fp16, fp8), decoder_first/last_pipeline_num_layers, tp_comm_overlap, grad_reduce_in_bf16, and
-    gradient_accumulation_fusion, async_tp_allreduce and overlap_p2p_comm (default true). A row that cannot be laid
+    (bf16, fp16, fp8), decoder_first/last_pipeline_num_layers, tp_comm_overlap, grad_reduce_in_bf16,
+    fp8_param_gather, and gradient_accumulation_fusion, async_tp_allreduce and overlap_p2p_comm (default true). A row that cannot be laid
     out or timed is answered with no figures and the reason, never ignored."""
     from nlp_bench.app import planning
     from nlp_bench.fsio import dumps

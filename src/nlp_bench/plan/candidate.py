@@ -38,6 +38,9 @@ class Candidate(Layout):
     #: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NeMo's grad_sync_dtype: bf16),
     #: where Megatron keeps them in fp32 with bf16 training
     grad_reduce_in_bf16: bool = False
+    #: with FP8, the linear layers' weights kept and all-gathered in FP8 (--fp8-param-gather; NeMo's
+    #: fp8_params), the distributed optimizer casting its shard
+    fp8_param_gather: bool = False
 
     @property
     def dp(self) -> int:

@@ -24,7 +24,8 @@ from nlp_bench.spec.yamlio import load_yaml
 CORPUS_FILE = "planner-corpus.yaml"
 _SWITCHES = ("vp", "recompute", "precision", "sequence_parallel", "distributed_optimizer", "flash_attention",
              "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
-             "async_tp_allreduce", "tp_comm_overlap", "overlap_p2p_comm", "grad_reduce_in_bf16")
+             "async_tp_allreduce", "tp_comm_overlap", "overlap_p2p_comm", "grad_reduce_in_bf16",
+             "fp8_param_gather")
 _MEASURES = ("iteration_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu")
 _CONVENTIONS = {"narayanan"}  # 96·B·s·L·h²(1 + s/6h + V/16Lh): flops.jupiter_flops with recompute
 
@@ -109,6 +110,8 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
         c = Candidate(nodes=layout["nodes"], devices_per_node=system.devices_per_node, tp=layout["tp"],
                       pp=layout["pp"], mbs=layout["mbs"], gas=layout["gas"],
                       **{**switches, "vp": layout.get("vp", switches.get("vp", Candidate.vp))})
+        if c.fp8_param_gather and not (c.precision == "fp8" and c.distributed_optimizer):
+            raise PlanError(f"{where}: fp8_param_gather needs precision fp8 and distributed_optimizer")
         publication = row.get("publication")
         if not isinstance(publication, str) or not publication.strip():
             raise PlanError(f"{where}: publication is required (validation holds out whole publications)")

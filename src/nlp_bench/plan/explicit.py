@@ -15,7 +15,8 @@ A rows file is a mapping with `rows:`, each row a mapping:
     gradient_accumulation_fusion (default true, as Megatron-LM; false for --no-gradient-accumulation-fusion),
     async_tp_allreduce (default true; false for --no-async-tensor-model-parallel-allreduce),
     overlap_p2p_comm (default true, as Megatron-LM since October 2023; false for
-    --no-overlap-p2p-communication), grad_reduce_in_bf16 (default false; true for --grad-reduce-in-bf16)
+    --no-overlap-p2p-communication), grad_reduce_in_bf16 (default false; true for --grad-reduce-in-bf16),
+    fp8_param_gather (default false; true for --fp8-param-gather: precision fp8 and the distributed optimizer)
 
 A row whose layout cannot be laid out (tp x cp x pp not dividing the devices, a global batch that dp x mbs
 does not divide) is answered with no prediction and the reason.
@@ -47,7 +48,8 @@ _REQUIRED_MODEL = ("num-layers", "hidden-size", "num-attention-heads", "seq-leng
 _ROW_INTS = ("gpus", "nodes", "tp", "pp", "cp", "vp", "mbs", "global_batch_size",
              "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 #: switches whose Candidate default is Megatron-LM's own, so a row that leaves one out keeps it
-_MEGATRON_DEFAULTS = ("gradient_accumulation_fusion", "async_tp_allreduce", "overlap_p2p_comm", "grad_reduce_in_bf16")
+_MEGATRON_DEFAULTS = ("gradient_accumulation_fusion", "async_tp_allreduce", "overlap_p2p_comm", "grad_reduce_in_bf16",
+                      "fp8_param_gather")
 _ROW_SWITCHES = ("sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "flash_attention",
                  "overlap_grad_reduce", "overlap_param_gather", *_MEGATRON_DEFAULTS)
 ROW_PRECISIONS = ("bf16", "fp16", "fp8")
@@ -178,6 +180,9 @@ def read_row(row: Any, index: int, source: str) -> Row:
               "sequence_parallel": row.get("sequence_parallel", False)}
     if row.get("tp_comm_overlap") and not row.get("sequence_parallel"):
         raise SpecError(f"{where}: tp_comm_overlap needs sequence_parallel (Megatron-LM refuses it without)")
+    if row.get("fp8_param_gather") and not (precision == "fp8" and row.get("distributed_optimizer")):
+        raise SpecError(f"{where}: fp8_param_gather needs precision fp8 and distributed_optimizer (as Megatron-LM's "
+                        "--fp8-param-gather does)")
     cp = row.get("cp", 1)
     world = nodes * per_node
     if world % (tp * pp * cp):

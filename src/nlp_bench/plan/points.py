@@ -34,6 +34,7 @@ def candidate(layout: dict[str, Any], train: dict[str, Any], model: ModelSpec) -
         overlap_grad_reduce=on.overlap_grad_reduce, overlap_param_gather=on.overlap_param_gather,
         gradient_accumulation_fusion=on.gradient_accumulation_fusion, async_tp_allreduce=on.async_tp_allreduce,
         overlap_p2p_comm=on.overlap_p2p_comm, grad_reduce_in_bf16=on.grad_reduce_in_bf16,
+        fp8_param_gather=on.fp8_param_gather,
     )
 
 

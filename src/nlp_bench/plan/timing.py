@@ -98,7 +98,10 @@ FP8_HALF_RATIO = 287 / 118
 #: Bytes an FP8 run moves per linear weight and iteration to cast its weights: Transformer Engine casts each
 #: weight once, at the iteration's first micro-batch (Megatron-LM marks it; later micro-batches reuse the
 #: cast), reading it in 16 bits and writing it in FP8 as is and transposed (the amax in the same kernel).
+#: With the weights kept in FP8 (--fp8-param-gather; NeMo's fp8_params) only the transpose is made: an FP8
+#: read and an FP8 write.
 _FP8_WEIGHT_CAST_BYTES = 2 + 1 + 1
+_FP8_PARAM_TRANSPOSE_BYTES = 1 + 1
 
 
 @dataclass(frozen=True)
@@ -251,11 +254,14 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
-    weight_casts = 0.0
+    weight_casts, fp8_weights = 0.0, 0.0
     if c.precision == "fp8":
         elementwise += layers * _fp8_cast_bytes(model, c, c.recompute == "full")
-        weight_casts = layers * _linear_weights(model) / c.tp * _FP8_WEIGHT_CAST_BYTES
+        linear = layers * model.linear_weights() / c.tp
+        fp8_weights = linear if c.fp8_param_gather else 0.0
+        weight_casts = linear * (_FP8_PARAM_TRANSPOSE_BYTES if c.fp8_param_gather else _FP8_WEIGHT_CAST_BYTES)
     params = parameters_on_most_loaded_shard(model, vocab_padded, c)
+    weight_bytes = params * act - fp8_weights * (act - 1)  # one copy of the stage's weights
     if not c.gradient_accumulation_fusion:
         elementwise += params * (act + 2 * grad)
 
@@ -279,9 +285,10 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         p2p_bytes=tokens * h * act / c.tp if c.pp > 1 else 0.0,
         p2p_bandwidth=_within_node(system, 2) if c.world <= dpn else inter / dpn,
         reduce_bytes=reduce_fraction * params * grad, reduce_steps=reduce_steps,
-        gather_bytes=gather_fraction * params * act, gather_steps=gather_steps,
+        gather_bytes=gather_fraction * weight_bytes, gather_steps=gather_steps,
         dp_bandwidth=_within_node(system, replicas) if c.tp * c.cp * c.dp <= dpn else inter / dpn,
-        optimizer_bytes=_optimizer_bytes(params, shard, c.precision, act, grad), weight_cast_bytes=weight_casts,
+        optimizer_bytes=_optimizer_bytes(params, shard, c.precision, weight_bytes / params, grad),
+        weight_cast_bytes=weight_casts,
         micro_batches=c.gas, bubble=(c.pp - 1) / c.vp, bubble_flops=bubble_flops,
         bubble_layers=bubble_layers, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
         overlap_p2p=c.overlap_p2p_comm and c.vp > 1, overlap_grad_reduce=c.overlap_grad_reduce,
@@ -313,27 +320,22 @@ def _overlap_chunks(model: ModelSpec, c: Candidate, linear_flops: float, side: f
     return {"tp_overlap": True, "chunked_flops": linear_flops * share, "chunk_side": side}
 
 
-def _optimizer_bytes(params: float, shard: float, precision: str, act: int, grad: int) -> float:
+def _optimizer_bytes(params: float, shard: float, precision: str, weight: float, grad: int) -> float:
     """Bytes Megatron's optimizer step moves through one device's memory (its mixed-precision optimizer,
     each pass a kernel of its own): on the device's shard, with fp16 the 16-bit gradients copied to fp32 and
     unscaled (2 + 4, then 4 + 4), the gradient norm read (4), Adam reading the fp32 weight, gradient and two
-    moments and writing weight and moments (28), and the fp32 weights copied to the 16-bit ones (4 + 2);
+    moments and writing weight and moments (28), and the fp32 weights copied to the model's (4 + `weight`,
+    the bytes a model weight is kept in: 2, less where FP8 keeps the linear layers' in one);
     then every weight's main gradient zeroed for the next iteration."""
-    step = 4 + 28 + (4 + act if precision != "fp32" else 0) + (14 if precision == "fp16" else 0)
+    step = 4 + 28 + (4 + weight if precision != "fp32" else 0) + (14 if precision == "fp16" else 0)
     return shard * step + params * grad
-
-
-def _linear_weights(model: ModelSpec) -> float:
-    """One layer's linear-layer weights, all tp ranks together."""
-    norms = (2 if model.normalization == "LayerNorm" else 1) * 2 * model.hidden_size
-    return model.layer_parameters(biases=False) - norms
 
 
 def _linear_flops(model: ModelSpec, c: Candidate, full: float) -> float:
     """One layer's linear-layer FLOPs for one micro-batch on one device (what FP8 recipes run in FP8; the
     attention core stays in 16 bits): 6 per weight per token, forward and backward, again for a full
     recompute's forward."""
-    return 6.0 * _linear_weights(model) * c.mbs * model.seq_length / c.cp * full / c.tp
+    return 6.0 * model.linear_weights() * c.mbs * model.seq_length / c.cp * full / c.tp
 
 
 def _fp8_cast_bytes(model: ModelSpec, c: Candidate, full: bool) -> float:

@@ -70,13 +70,19 @@ class ModelSpec:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    def linear_weights(self) -> int:
+        """One transformer layer's weight matrices: query, key/value and output projections, the MLP (what FP8
+        recipes run and may keep in FP8)."""
+        h, f = self.hidden_size, self.ffn_hidden_size
+        return h * h + h * 2 * self.query_groups * self.head_dim + h * h + (3 if self.swiglu else 2) * h * f
+
     def layer_parameters(self, biases: bool = True) -> int:
         """One transformer layer: query, key/value and output projections, the MLP, two norms; the linear
         layers' biases where the model has them, unless `biases` is false (Megatron's memory model leaves
         them out)."""
-        h, f, d = self.hidden_size, self.ffn_hidden_size, self.head_dim
-        kv = 2 * self.query_groups * d
-        matrices = h * h + h * kv + h * h + (3 if self.swiglu else 2) * h * f
+        h, f = self.hidden_size, self.ffn_hidden_size
+        kv = 2 * self.query_groups * self.head_dim
+        matrices = self.linear_weights()
         linear_biases = (h + kv + h + (2 * f if self.swiglu else f) + h) if self.bias and biases else 0
         norms = 2 * (h if self.normalization == "RMSNorm" else 2 * h)
         return matrices + linear_biases + norms
