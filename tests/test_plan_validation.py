@@ -71,10 +71,10 @@ def test_leave_one_source_out_errors(trust, rows):
     # accumulation and the backward's tensor-parallel all-reduce as the row's software ran them, the optimizer
     # step's every pass, constants held near what the hardware measures, each publication weighing as one in
     # the fit, the bubble at the other stages' pace, conformal intervals, the overlaps MLPerf's FP8 runs use,
-    # FP8's measured GEMM curve: 63 rows of 11 publications, median 6.5%, largest 18.8%, 90% inside the
-    # others' intervals, mean half-width ±17.2%; issue 34's goals are 6%, 20%, 85% and ±20%). These bounds only
-    # keep a change from making it worse.
-    assert trust.median_abs_error <= 0.07
+    # FP8's measured GEMM curve, the fill's overlapped sends, FP8 weights: 68 rows of 11 publications, median
+    # 6.1%, largest 18.8%, 88% inside the others' intervals, mean half-width ±16.6%; issue 34's goals are 6%,
+    # 20%, 85% and ±20%). These bounds only keep a change from making it worse.
+    assert trust.median_abs_error <= 0.065
     assert trust.max_abs_error <= 0.20
     assert trust.coverage >= 0.85
     assert trust.mean_half_width <= 0.20
@@ -220,7 +220,7 @@ def test_validate_json_is_the_documented_contract(tmp_path):
     # 168 layouts of Fujii et al.'s sweep that ran, 218 of 218)
     outcomes = list(load_outcomes())
     ran = len(found["rows"]) + sum(o.ran for o in outcomes)
-    assert found["ran_predicted_to_fit"] == [ran, ran] and ran >= 218
+    assert found["ran_predicted_to_fit"] == [ran, ran] and ran >= 236
     # the sweep's layouts with no figure (taken as out of memory): 2026-11-26, 84 of 124 refused; the bound
     # only keeps a change from making it worse
     refused, oom = found["oom_predicted_not_to_fit"]

@@ -8,6 +8,9 @@ from nlp_bench.spec.layout import Layout
 from nlp_bench.spec.layout import problems as layout_problems
 from nlp_bench.spec.models import ModelSpec
 
+#: Megatron-LM's --fp8-param-gather keeps FP8 weights: it needs FP8 and the distributed optimizer that gathers them
+FP8_PARAM_GATHER_NEEDS = "fp8_param_gather needs precision fp8 and the distributed optimizer"
+
 
 @dataclass(frozen=True)
 class Candidate(Layout):
@@ -68,12 +71,18 @@ class Candidate(Layout):
         last = self.last_stage_layers if self.last_stage_layers is not None else middle
         return first, middle, last
 
+    def switch_problems(self) -> list[str]:
+        """Switches Megatron-LM refuses together."""
+        if self.fp8_param_gather and not (self.precision == "fp8" and self.distributed_optimizer):
+            return [FP8_PARAM_GATHER_NEEDS]
+        return []
+
     def problems(self, model: ModelSpec) -> list[str]:
-        """Why this layout cannot run the model (the spec's rules, interleaving's, context parallelism's and
-        the uneven pipeline's); empty when it can."""
+        """Why this layout cannot run the model (the switches, the spec's rules, interleaving's, context
+        parallelism's and the uneven pipeline's); empty when it can."""
+        out = self.switch_problems()
         if self.cp == 1 and self.first_stage_layers is None and self.last_stage_layers is None:
-            return layout_problems(model, self, chunks=self.vp)
-        out = []
+            return out + layout_problems(model, self, chunks=self.vp)
         if self.world % (self.tp * self.pp * self.cp):
             out.append(f"tp {self.tp} x cp {self.cp} x pp {self.pp} does not divide the {self.world} devices")
             return out

@@ -110,8 +110,8 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
         c = Candidate(nodes=layout["nodes"], devices_per_node=system.devices_per_node, tp=layout["tp"],
                       pp=layout["pp"], mbs=layout["mbs"], gas=layout["gas"],
                       **{**switches, "vp": layout.get("vp", switches.get("vp", Candidate.vp))})
-        if c.fp8_param_gather and not (c.precision == "fp8" and c.distributed_optimizer):
-            raise PlanError(f"{where}: fp8_param_gather needs precision fp8 and distributed_optimizer")
+        for problem in c.switch_problems():
+            raise PlanError(f"{where}: {problem}")
         publication = row.get("publication")
         if not isinstance(publication, str) or not publication.strip():
             raise PlanError(f"{where}: publication is required (validation holds out whole publications)")

@@ -180,9 +180,6 @@ def read_row(row: Any, index: int, source: str) -> Row:
               "sequence_parallel": row.get("sequence_parallel", False)}
     if row.get("tp_comm_overlap") and not row.get("sequence_parallel"):
         raise SpecError(f"{where}: tp_comm_overlap needs sequence_parallel (Megatron-LM refuses it without)")
-    if row.get("fp8_param_gather") and not (precision == "fp8" and row.get("distributed_optimizer")):
-        raise SpecError(f"{where}: fp8_param_gather needs precision fp8 and distributed_optimizer (as Megatron-LM's "
-                        "--fp8-param-gather does)")
     cp = row.get("cp", 1)
     world = nodes * per_node
     if world % (tp * pp * cp):
@@ -202,6 +199,8 @@ def read_row(row: Any, index: int, source: str) -> Row:
                   last_stage_layers=row.get("decoder_last_pipeline_num_layers"),
                   tp_comm_overlap=row.get("tp_comm_overlap", False),
                   **{k: row[k] for k in _MEGATRON_DEFAULTS if k in row})
+    for problem in c.switch_problems():
+        raise SpecError(f"{where}: {problem}")
     return Row(str(ident), Planned(model, system, c), stated=stated)
 
 

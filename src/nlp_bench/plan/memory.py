@@ -52,23 +52,41 @@ def _stage_parameters(model: ModelSpec, vocab_padded: int, c: Candidate) -> list
     return [first * per_layer + ends, *([middle * per_layer] if c.pp > 2 else []), last * per_layer + ends]
 
 
+def _stage_layer_counts(model: ModelSpec, c: Candidate) -> list[float]:
+    """The transformer layers of the stages _stage_parameters lists, in its order."""
+    first, middle, last = c.stage_layers(model.num_layers)
+    return [first] if c.pp == 1 else [first, *([middle] if c.pp > 2 else []), last]
+
+
+def most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> tuple[float, float]:
+    """(parameters, transformer layers) of the pipeline stage that holds most parameters, on one device."""
+    return max(zip(_stage_parameters(model, vocab_padded, c), _stage_layer_counts(model, c), strict=True))
+
+
 def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
     """The parameters of the pipeline stage that holds most, on one device."""
     return max(_stage_parameters(model, vocab_padded, c))
+
+
+def fp8_weight_copies(c: Candidate) -> float:
+    """Bytes a linear weight keeps beyond its 16 bits with FP8: Transformer Engine caches its FP8 cast as is
+    and transposed across micro-batches (2); with --fp8-param-gather the weight itself is the FP8 one (a byte
+    in place of two) and only its transpose is kept beside it (0 beyond the 16 bits)."""
+    if c.precision != "fp8" or c.fp8_param_gather:
+        return 0.0
+    return 2.0
 
 
 def bytes_per_parameter(c: Candidate) -> float:
     """Mixed precision: 16-bit weight, fp32 gradient, fp32 master and two fp32 moments (18 bytes), of which
     the distributed optimizer keeps the last 12 once per group of ranks holding the same weights (dp x cp);
     fp32 training has no master. The gradient buffer is 16-bit where Megatron accumulates in the weights'
-    type: fp16 (without --accumulate-allreduce-grads-in-fp32) and --grad-reduce-in-bf16. FP8 keeps each
-    weight's 8-bit copy beside the 16-bit one (Transformer Engine caches it across micro-batches): one byte
-    more; with --fp8-param-gather the linear weights are kept in FP8 alone (`estimate`)."""
+    type: with fp16 (Megatron's default there; --accumulate-allreduce-grads-in-fp32 is not read) and with
+    --grad-reduce-in-bf16. FP8's copies of the linear weights are counted apart (`fp8_weight_copies`)."""
     if c.precision == "fp32":
         return 16.0 if not c.distributed_optimizer else 8.0 + 8.0 / c.weight_replicas
-    fp8 = 1.0 if c.precision == "fp8" else 0.0
     grad = 2.0 if c.precision == "fp16" or c.grad_reduce_in_bf16 else 4.0
-    return fp8 + 2.0 + grad + (12.0 if not c.distributed_optimizer else 12.0 / c.weight_replicas)
+    return 2.0 + grad + (12.0 if not c.distributed_optimizer else 12.0 / c.weight_replicas)
 
 
 def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None = None) -> float:
@@ -139,11 +157,9 @@ def estimate(model: ModelSpec, vocab_padded: int, c: Candidate) -> MemoryEstimat
     """The pipeline stage that needs most: its weights and optimizer states with its activations (with
     uneven stages, not necessarily the stage that holds most of either)."""
     per_parameter = bytes_per_parameter(c)
-    saved = model.linear_weights() / c.tp if c.fp8_param_gather else 0.0  # a byte a linear weight
-    layers = c.stage_layers(model.num_layers)
-    stage_layers = [layers[0]] if c.pp == 1 else [layers[0], *([layers[1]] if c.pp > 2 else []), layers[2]]
-    states, activations = max(zip((p * per_parameter - n * saved
-                                   for p, n in zip(_stage_parameters(model, vocab_padded, c), stage_layers, strict=True)),
+    copies = fp8_weight_copies(c) * model.linear_weights() / c.tp  # a layer's, on one device
+    stages = zip(_stage_parameters(model, vocab_padded, c), _stage_layer_counts(model, c), strict=True)
+    states, activations = max(zip((p * per_parameter + layers * copies for p, layers in stages),
                                   _stage_activations(model, vocab_padded, c), strict=True), key=sum)
     allowance = WORKSPACE_GIB * GIB + FRAGMENTATION * (states + activations)
     return MemoryEstimate(states, activations, allowance)

@@ -39,20 +39,26 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         what outlasts them is waited for; but each is split into tp chunks pipelined with the GEMM it
         feeds or drains, so the forward GEMMs and the projection's and fc2's input-gradient GEMMs (17/36
         of GPT's linear FLOPs) run as tp GEMMs of mbs·s/tp tokens each, at the curve's value for that side.
-    t_p2p = 2 sends of the mbs·s·h/tp activations each device passes to the next stage (sequence
-        parallelism, or the scatter/gather optimisation of Narayanan et al. 2021, splits them over tp).
+    t_p2p = 2 t_send: the mbs·s·h/tp activations each device passes to the next stage, and their gradients
+        back (sequence parallelism, or the scatter/gather optimisation of Narayanan et al. 2021, splits them
+        over tp; the two of a 1F1B step one after the other, as they are through one network card).
         Megatron numbers ranks tp first and pp last, so a stage's next stage lies world/pp ranks on: in the
         same node only where the whole job fits one (over one direct link); otherwise across nodes, each
         device through its own network card (a node's devices send at once: its share of the node's
         cards). With interleaving and --overlap-p2p-communication the forward's send runs behind a chunk's
         backward and the backward's behind a forward, and only what outlasts them is waited for; but nothing
         runs beside the first micro-batch's path through all pp·vp chunks and back in the fill and the drain,
-        so its 2 (pp·vp - 1) sends are waited for whole (tests/pipeline_schedule.py replays the schedule).
+        so its 2 (pp·vp - 1) sends are waited for whole, and with as many micro-batches as stages (all of
+        them warm-up) Megatron-core (0.9) waits for the warm-up's and the cool-down's too, 2 (pp - 1) more.
+        tests/pipeline_schedule.py replays the schedule; the closed form is exact while a send is shorter
+        than a chunk's forward, and overstates longer ones (by under 1% of the iteration at 1.5 times a
+        forward, up to a third at 4 times), never beyond waiting for every send.
 
 Per iteration (1F1B: the bubble is (pp-1)/vp micro-batch slots; interleaving multiplies the sends):
 
-    t_iter = gas · (t_compute + t_tp) + (pp-1)/vp · (t_compute + t_tp)_others + (vp·gas + pp - 1) · t_p2p
-           [+ 2 (pp·vp - 1) · t_send, the fill's and the drain's, with overlapped sends]
+    t_iter = gas · (t_compute + t_tp) + (pp-1)/vp · (t_compute + t_tp)_others + t_sends
+           t_sends = (vp·gas + pp - 1) · t_p2p waited, or with overlapped sends the least of that and
+                     (vp·gas + pp - 1 - (pp·vp - 1)) · t_p2p exposed + (2 (pp·vp - 1) [+ 2 (pp - 1)]) · t_send
            + exposed(t_grad_reduce, behind the chunks' last backwards)
            + exposed(t_param_gather, behind their first forwards)
            + t_optimizer [+ FP8's weight casts]
@@ -84,7 +90,7 @@ from dataclasses import asdict, dataclass
 
 from nlp_bench import flops
 from nlp_bench.plan.candidate import Candidate
-from nlp_bench.plan.memory import layer_activation_bytes, parameters_on_most_loaded_shard
+from nlp_bench.plan.memory import layer_activation_bytes, most_loaded_shard
 from nlp_bench.spec.models import ModelSpec
 from nlp_bench.spec.systems import System
 
@@ -122,11 +128,13 @@ class TimeEstimate:
     iteration_s: float
     compute_s: float  # per micro-batch per stage
     tp_s: float
-    p2p_s: float
+    p2p_s: float  # a 1F1B step's pair of sends, what of it is waited for in the steady state
     dp_s: float  # the data-parallel reduction and gather, whole
     dp_exposed_s: float  # what of it the iteration waits for
     optimizer_s: float
     bubble_fraction: float
+    sends_s: float = 0.0  # the iteration's waited sends, the fill's and the drain's included
+    weight_casts_s: float = 0.0  # FP8's casts of the weights, once an iteration
 
 
 class NotPlannable(ValueError):
@@ -254,14 +262,14 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
     elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
+    params, shard_layers = most_loaded_shard(model, vocab_padded, c)
     weight_casts, fp8_weights = 0.0, 0.0
     if c.precision == "fp8":
         elementwise += layers * _fp8_cast_bytes(model, c, c.recompute == "full")
-        linear = layers * model.linear_weights() / c.tp
-        fp8_weights = linear if c.fp8_param_gather else 0.0
-        weight_casts = linear * (_FP8_PARAM_TRANSPOSE_BYTES if c.fp8_param_gather else _FP8_WEIGHT_CAST_BYTES)
-    params = parameters_on_most_loaded_shard(model, vocab_padded, c)
-    weight_bytes = params * act - fp8_weights * (act - 1)  # one copy of the stage's weights
+        weight_casts = layers * model.linear_weights() / c.tp * \
+            (_FP8_PARAM_TRANSPOSE_BYTES if c.fp8_param_gather else _FP8_WEIGHT_CAST_BYTES)
+        fp8_weights = shard_layers * model.linear_weights() / c.tp if c.fp8_param_gather else 0.0
+    weight_bytes = params * act - fp8_weights * (act - 1)  # one copy of the most loaded stage's weights
     if not c.gradient_accumulation_fusion:
         elementwise += params * (act + 2 * grad)
 
@@ -415,13 +423,15 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     t_tp = w.tp_bytes / (w.tp_bandwidth * eff.network) + w.tp_steps * w.latency
     if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
         t_tp = max(0.0, t_tp - t_gemm)
-    t_p2p = 2 * (w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency) if w.p2p_bytes else 0.0
+    t_send = w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency if w.p2p_bytes else 0.0
+    t_p2p = 2 * t_send
     t_sends = w.sends * t_p2p
     if w.overlap_p2p:  # the forward's send behind a chunk's backward, the backward's behind a forward
-        chunk, one = (t_compute + t_tp) / w.vp, t_p2p / 2
-        t_p2p = max(0.0, one - chunk * 2 / 3) + max(0.0, one - chunk / 3)
-        fill = 2 * (w.pp * w.vp - 1) * one  # the first micro-batch's way through every chunk and back
-        t_sends = min(t_sends, w.sends * t_p2p + fill)  # never slower than waiting for each send
+        chunk = (t_compute + t_tp) / w.vp
+        t_p2p = max(0.0, t_send - chunk * 2 / 3) + max(0.0, t_send - chunk / 3)
+        path = w.pp * w.vp - 1  # the first micro-batch's sends through every chunk, and back: waited whole
+        waited = 2 * path + (2 * (w.pp - 1) if w.micro_batches == w.pp else 0)
+        t_sends = min(t_sends, (w.sends - path) * t_p2p + waited * t_send)  # never slower than waiting for each
     dp_bw = w.dp_bandwidth * eff.network
     t_reduce = w.reduce_bytes / dp_bw + w.reduce_steps * w.latency
     t_gather = w.gather_bytes / dp_bw + w.gather_steps * w.latency
@@ -433,7 +443,7 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     bubble = w.bubble * (t_gemm * w.bubble_flops + (t_layers + t_tp) * w.bubble_layers)
     iteration = steady + bubble + t_sends + exposed + t_opt + t_casts
     return TimeEstimate(iteration, t_compute, t_tp, t_p2p, t_reduce + t_gather, exposed, t_opt,
-                        bubble / (steady + bubble))
+                        bubble / (steady + bubble), t_sends, t_casts)
 
 
 def estimate(model: ModelSpec, vocab_padded: int, c: Candidate, system: System, eff: Efficiency) -> TimeEstimate:
