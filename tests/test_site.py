@@ -210,7 +210,7 @@ def test_a_shipped_profile_is_refused_at_submission_with_the_key_to_change(tmp_p
 def test_a_point_predicted_not_to_fit_is_refused_unless_forced(bench, results):
     out = bench("run", "--tag", "13", "--tp", "1", "--pp", "1")
     assert out.exit_code == 2
-    assert "gpt-13b_n8_tp1_pp1_mbs1_gas32 is predicted not to fit: needs 96.0 GiB per device, 40 GiB available" in out.output
+    assert "gpt-13b_n8_tp1_pp1_mbs1_gas32 is predicted not to fit: needs 70.8 GiB per device, 40 GiB available" in out.output
     assert "--force submits it anyway" in out.output and not list(results.rglob("run.json"))
     out = bench("run", "--tag", "13", "--tp", "1", "--pp", "1", "--force", "--account", "p")
     assert out.exit_code == 2 and "predicted not to fit" not in out.output  # the profile's own problems remain
