@@ -631,3 +631,17 @@ def test_fp8_param_gather_keeps_and_gathers_the_linear_weights_in_one_byte():
     # Megatron refuses it without FP8 or the distributed optimizer: so does every path into the planner
     for wrong in (replace(kept, precision="bf16"), replace(kept, distributed_optimizer=False)):
         assert wrong.problems(m) == [FP8_PARAM_GATHER_NEEDS]
+
+
+def test_a_points_fp8_flags_plan_fp8_and_its_weights_in_fp8():
+    """A point's Megatron flags reach the planner's FP8: --bf16 with --fp8-format times the linear layers in
+    FP8, and --fp8-param-gather keeps their weights in FP8 only there, with the distributed optimizer."""
+    from nlp_bench.plan.points import candidate
+
+    m = get_model("gpt-175b")
+    layout = {"nodes": 64, "devices_per_node": 8, "tp": 4, "pp": 8, "mbs": 1, "gas": 16}
+    flags = {"bf16": True, "fp8-format": "hybrid", "fp8-param-gather": True, "use-distributed-optimizer": True}
+    c = candidate(layout, flags, m)
+    assert c.precision == "fp8" and c.fp8_param_gather and c.switch_problems() == []
+    assert candidate(layout, {**flags, "fp8-format": None}, m).switch_problems() == [FP8_PARAM_GATHER_NEEDS]
+    assert candidate(layout, {"bf16": True}, m).precision == "bf16"

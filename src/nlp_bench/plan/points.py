@@ -23,14 +23,16 @@ class Planned:
 
 
 def candidate(layout: dict[str, Any], train: dict[str, Any], model: ModelSpec) -> Candidate:
-    """The layout's sizes with the switches the training flags set (Megatron's names)."""
+    """The layout's sizes with the switches the training flags set (Megatron's names). The planner's fp8 is
+    bf16 training with Transformer Engine's FP8 GEMMs: --bf16 with --fp8-format."""
     pp = int(layout["pp"])
     on = decode(train)
     return Candidate(
         nodes=int(layout["nodes"]), devices_per_node=int(layout["devices_per_node"]), tp=int(layout["tp"]), pp=pp,
         mbs=int(layout["mbs"]), gas=int(layout["gas"]), vp=on.model_chunks(model.num_layers, pp),
         recompute=on.recompute, distributed_optimizer=on.distributed_optimizer,
-        sequence_parallel=on.sequence_parallel, flash_attention=on.flash_attention, precision=on.precision,
+        sequence_parallel=on.sequence_parallel, flash_attention=on.flash_attention,
+        precision="fp8" if on.fp8_format and on.precision == "bf16" else on.precision,
         overlap_grad_reduce=on.overlap_grad_reduce, overlap_param_gather=on.overlap_param_gather,
         gradient_accumulation_fusion=on.gradient_accumulation_fusion, async_tp_allreduce=on.async_tp_allreduce,
         overlap_p2p_comm=on.overlap_p2p_comm, grad_reduce_in_bf16=on.grad_reduce_in_bf16,

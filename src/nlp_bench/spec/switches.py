@@ -55,6 +55,8 @@ class Switches:
     overlap_p2p_comm: bool = False
     #: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16)
     grad_reduce_in_bf16: bool = False
+    #: Transformer Engine's FP8 GEMMs (--fp8-format e4m3 or hybrid), beside the 16-bit precision
+    fp8_format: str | None = None
     #: FP8 weights all-gathered in FP8 (--fp8-param-gather)
     fp8_param_gather: bool = False
     #: fused ops turned off, each with the flag that did it
@@ -120,7 +122,8 @@ def decode(flags: Mapping[str, Any], *, xla_use_bf16: bool = False) -> Switches:
         gradient_accumulation_fusion=not get("no-gradient-accumulation-fusion"),
         async_tp_allreduce=not get("no-async-tensor-model-parallel-allreduce"),
         overlap_p2p_comm=bool(get("overlap-p2p-communication")) and not get("no-overlap-p2p-communication"),
-        grad_reduce_in_bf16=bool(get("grad-reduce-in-bf16")), fp8_param_gather=bool(get("fp8-param-gather")),
+        grad_reduce_in_bf16=bool(get("grad-reduce-in-bf16")), fp8_format=get("fp8-format") or None,
+        fp8_param_gather=bool(get("fp8-param-gather")),
         unfused={op: f"--{flag}" for op, flag in UNFUSING_FLAGS.items() if get(flag)},
         layers_per_virtual_stage=None if per_stage is None else int(per_stage),
     )
