@@ -65,7 +65,7 @@ def most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> tupl
 
 def parameters_on_most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
     """The parameters of the pipeline stage that holds most, on one device."""
-    return max(_stage_parameters(model, vocab_padded, c))
+    return most_loaded_shard(model, vocab_padded, c)[0]
 
 
 def fp8_weight_copies(c: Candidate) -> float:
