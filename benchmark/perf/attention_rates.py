@@ -17,7 +17,6 @@ reported and skipped); medians of `--repeats` timed forward + backward passes af
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -26,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gputime import median_seconds  # noqa: E402
+from gputime import median_seconds, save_json  # noqa: E402
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
@@ -98,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{backend:9} {seq:6} {batch:5} {t * 1e3:7.2f} {executed / t / 1e12:12.4g} {counted / t / 1e12:16.4g}")
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    if args.json_out:
-        with open(args.json_out, "w") as fh:
-            json.dump(found, fh, indent=1)
+    save_json(args.json_out, found)
     return 0
 
 

@@ -22,14 +22,13 @@ Medians of `--repeats` timed runs after a warm-up; CUDA events on a GPU, the wal
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gputime import median_seconds  # noqa: E402
+from gputime import median_seconds, save_json  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:
@@ -55,7 +54,7 @@ class Timer:
         return median_seconds(fn, self.device, self.repeats)
 
 
-def _operands(dtype: str, m: int, n: int, k: int, device: torch.device):
+def gemm_call(dtype: str, m: int, n: int, k: int, device: torch.device):
     """A callable that runs one m x n x k GEMM in `dtype`."""
     if dtype == "bf16":
         a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
@@ -68,7 +67,7 @@ def _operands(dtype: str, m: int, n: int, k: int, device: torch.device):
 
 
 def gemm_seconds(timer: Timer, dtype: str, m: int, n: int, k: int, device: torch.device) -> float:
-    return timer(_operands(dtype, m, n, k, device))
+    return timer(gemm_call(dtype, m, n, k, device))
 
 
 def fp8_available(device: torch.device) -> str | None:
@@ -139,9 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         best = max((s["tflops"] for s in found["square"] if s["dtype"] == dtype), default=None)
         key = "matmul_tflops" if dtype == "bf16" else "matmul_fp8_tflops"
         print(f"best square {dtype}: {best} TFLOP/s  (a system profile's {key})")
-    if args.json_out:
-        with open(args.json_out, "w") as fh:
-            json.dump(found, fh, indent=1)
+    save_json(args.json_out, found)
     return 0
 
 

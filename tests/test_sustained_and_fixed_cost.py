@@ -1,0 +1,81 @@
+"""The planner's owed GPU measurements (benchmark/perf/gemm_sustained.py, layer_fixed_cost.py and the script
+that runs them with gemm_rates.py in one device call) run here on CPU at toy sizes, and the GEMM efficiency the
+planner's corpus fit is held near is the one measured under a long load."""
+
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nlp_bench.plan import calibrate
+
+PERF = Path(__file__).resolve().parent.parent / "benchmark" / "perf"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, PERF / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_held_load_is_timed_window_by_window_against_the_short_run(tmp_path):
+    out = tmp_path / "held.json"
+    assert _script("gemm_sustained").main(["--device", "cpu", "--hidden", "64", "--tp", "2", "--tokens", "32",
+                                           "--seconds", "0.6", "--window", "0.2", "--repeats", "2",
+                                           "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    assert found["short_tflops"] > 0 and len(found["windows"]) >= 2
+    assert all(w["tflops"] > 0 for w in found["windows"])
+    assert [w["at_s"] for w in found["windows"]] == sorted(w["at_s"] for w in found["windows"])
+
+
+@pytest.mark.parametrize("argv, why", [(["--hidden", "100", "--tp", "8"], "divide by --tp"),
+                                       (["--seconds", "0"], "positive")])
+def test_a_held_load_refuses_a_shape_it_cannot_run(argv, why, capsys):
+    assert _script("gemm_sustained").main(["--device", "cpu", *argv]) == 2
+    assert why in capsys.readouterr().err
+
+
+def test_a_layers_fixed_cost_is_measured_at_every_micro_batch_size(tmp_path):
+    out = tmp_path / "fixed.json"
+    assert _script("layer_fixed_cost").main(["--device", "cpu", "--hidden", "64", "--heads", "4", "--tp", "2",
+                                             "--seq", "16", "--mbs", "1,2,3", "--layers", "2", "--repeats", "2",
+                                             "--json", str(out)]) == 0
+    shape, = json.loads(out.read_text())["shapes"]
+    assert [r["tokens"] for r in shape["rows"]] == [16, 32, 48]
+    assert all(r["layer_ms"] > 0 and r["gemm_ms"] > 0 for r in shape["rows"])
+    assert set(shape["intercept_ms"]) == {"layer", "gemm", "rest"}
+
+
+@pytest.mark.parametrize("argv, why", [(["--hidden", "64,128", "--heads", "4"], "one entry each"),
+                                       (["--mbs", "2"], "two sizes"),
+                                       (["--hidden", "64", "--heads", "5", "--tp", "1"], "heads must divide")])
+def test_a_fixed_cost_run_refuses_shapes_it_cannot_fit(argv, why, capsys):
+    assert _script("layer_fixed_cost").main(["--device", "cpu", *argv]) == 2
+    assert why in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils' timeout")
+def test_the_owed_device_call_rehearses_every_stage_on_cpu(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "DEVICE": "cpu", "SMALL": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(["bash", str(PERF / "gpu_planner_owed.sh")], cwd=PERF.parent.parent, env=env, check=True,
+                   capture_output=True, timeout=300)
+    summary = (tmp_path / "summary.txt").read_text()
+    assert summary.count(": exit 0 after") == 4, summary
+    for name in ("gemm_rates_tokens", "sustained_bf16", "layer_fixed_cost"):
+        assert json.loads((tmp_path / f"{name}.json").read_text())
+
+
+def test_the_priors_gemm_efficiency_is_the_measured_layer_rate_under_a_long_load():
+    held = json.loads((PERF / "measured" / "gemm_sustained_h200_bf16.json").read_text())
+    ratio = statistics.median(w["tflops"] for w in held["windows"]) / held["short_tflops"]
+    assert calibrate.PRIOR["gemm"] == pytest.approx(0.92 * ratio, abs=0.005)
