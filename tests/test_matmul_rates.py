@@ -106,6 +106,20 @@ def test_gemm_rates_measures_every_layer_and_writes_json(tmp_path):
     assert all(r["tflops"] > 0 for r in found["layers"] + found["square"]) and found["copy_gbps"] > 0
 
 
+def test_gemm_rates_times_gemms_launched_back_to_back_per_call(tmp_path):
+    out = tmp_path / "rates.json"
+    assert _script().main(["--device", "cpu", "--dtypes", "bf16", "--tokens", "32", "--hidden", "64", "--tp", "1",
+                           "--square", "32", "--copy-mib", "1", "--repeats", "2", "--in-a-row", "3",
+                           "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    assert found["in_a_row"] == 3 and found["layers"][0]["tflops"] > 0
+
+
+def test_gemm_rates_refuses_fewer_than_one_in_a_row(capsys):
+    assert _script().main(["--device", "cpu", "--in-a-row", "0"]) == 2
+    assert "--in-a-row must be 1 or more" in capsys.readouterr().err
+
+
 def test_gemm_rates_refuses_an_unknown_dtype(capsys):
     assert _script().main(["--device", "cpu", "--dtypes", "fp4"]) == 2
     assert "unknown dtype fp4" in capsys.readouterr().err

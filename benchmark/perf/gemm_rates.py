@@ -45,13 +45,22 @@ def layer_gemms(hidden: int, tp: int, tokens: int) -> list[tuple[int, int, int]]
 
 
 class Timer:
-    """Median seconds of a callable on one device (gputime.median_seconds)."""
+    """Median seconds of a callable on one device (gputime.median_seconds). With `in_a_row` > 1 each timing
+    runs it that many times back to back and divides: the device then waits for the host only where the
+    host launches slower than the device computes, as in a training step, not for every launch."""
 
-    def __init__(self, device: torch.device, repeats: int) -> None:
-        self.device, self.repeats = device, repeats
+    def __init__(self, device: torch.device, repeats: int, in_a_row: int = 1) -> None:
+        self.device, self.repeats, self.in_a_row = device, repeats, in_a_row
 
     def __call__(self, fn) -> float:
-        return median_seconds(fn, self.device, self.repeats)
+        if self.in_a_row == 1:
+            return median_seconds(fn, self.device, self.repeats)
+
+        def run() -> None:
+            for _ in range(self.in_a_row):
+                fn()
+
+        return median_seconds(run, self.device, self.repeats) / self.in_a_row
 
 
 def gemm_call(dtype: str, m: int, n: int, k: int, device: torch.device):
@@ -96,10 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--square", type=_ints, default=[4096, 8192, 16384], help="square GEMM sides")
     ap.add_argument("--copy-mib", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--in-a-row", type=int, default=1, help="GEMMs launched back to back per timing")
     ap.add_argument("--json", dest="json_out", default=None)
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    timer = Timer(device, args.repeats)
+    if args.in_a_row < 1:
+        print("gemm_rates: --in-a-row must be 1 or more", file=sys.stderr)
+        return 2
+    timer = Timer(device, args.repeats, args.in_a_row)
     dtypes = [d for d in args.dtypes.split(",") if d]
     unknown = set(dtypes) - {"bf16", "fp8"}
     if unknown:
@@ -109,9 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# fp8 skipped on {device}: {why}")
         dtypes.remove("fp8")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"# device {name}, torch {torch.__version__}, cuda {torch.version.cuda}, repeats {args.repeats}")
-    found: dict = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "square": [],
-                   "layers": []}
+    print(f"# device {name}, torch {torch.__version__}, cuda {torch.version.cuda}, repeats {args.repeats}, "
+          f"{args.in_a_row} in a row")
+    found: dict = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "in_a_row": args.in_a_row,
+                   "square": [], "layers": []}
     for dtype in dtypes:
         for side in args.square:
             tflops = 2 * side ** 3 / gemm_seconds(timer, dtype, side, side, side, device) / 1e12
