@@ -14,9 +14,12 @@ bandwidth. Also printed: the best rate of a few large square GEMMs (the "maximum
 device-memory bandwidth of a large copy.
 
     python benchmark/perf/gemm_rates.py [--device cuda] [--dtypes bf16,fp8] [--tokens 4096,8192]
-        [--hidden 2048,4096,8192,12288,16384] [--tp 1,2,4,8] [--json OUT.json]
+        [--hidden 2048,4096,8192,12288,16384] [--tp 1,2,4,8] [--in-a-row 1] [--json OUT.json]
 
-Medians of `--repeats` timed runs after a warm-up; CUDA events on a GPU, the wall clock elsewhere.
+Medians of `--repeats` timed runs after a warm-up; CUDA events on a GPU, the wall clock elsewhere. Each run
+is one GEMM launched alone, or `--in-a-row` of them back to back (the host's launch gaps hidden as in a
+training step; the longer load also lowers a power-capped device's clock, so give a profile the best square
+of single launches).
 """
 
 from __future__ import annotations
