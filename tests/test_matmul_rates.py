@@ -115,9 +115,11 @@ def test_gemm_rates_times_gemms_launched_back_to_back_per_call(tmp_path):
     assert found["in_a_row"] == 3 and found["layers"][0]["tflops"] > 0
 
 
-def test_gemm_rates_refuses_fewer_than_one_in_a_row(capsys):
-    assert _script().main(["--device", "cpu", "--in-a-row", "0"]) == 2
-    assert "--in-a-row must be 1 or more" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", ["--in-a-row", "--tokens", "--repeats"])
+def test_gemm_rates_refuses_a_count_below_one(flag, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _script().main(["--device", "cpu", flag, "0"])
+    assert stop.value.code == 2 and "'0' is not a whole number above 0" in capsys.readouterr().err
 
 
 def test_gemm_rates_refuses_an_unknown_dtype(capsys):

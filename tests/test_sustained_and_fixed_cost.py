@@ -6,14 +6,11 @@ import importlib.util
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from nlp_bench.plan import calibrate
 
 PERF = Path(__file__).resolve().parent.parent / "benchmark" / "perf"
 
@@ -31,7 +28,7 @@ def test_a_held_load_is_timed_window_by_window_against_the_short_run(tmp_path):
                                            "--seconds", "0.6", "--window", "0.2", "--repeats", "2",
                                            "--json", str(out)]) == 0
     found = json.loads(out.read_text())
-    assert found["short_tflops"] > 0 and len(found["windows"]) >= 2
+    assert found["short_tflops"] > 0 and found["windows"]  # how many fit in 0.6 s depends on the machine's load
     assert all(w["tflops"] > 0 for w in found["windows"])
     assert [w["at_s"] for w in found["windows"]] == sorted(w["at_s"] for w in found["windows"])
 
@@ -75,10 +72,47 @@ def test_the_owed_device_call_rehearses_every_stage_on_cpu(tmp_path):
         assert json.loads((tmp_path / f"{name}.json").read_text())
 
 
-def test_the_priors_gemm_efficiency_is_the_measured_layer_rate_under_a_long_load():
-    held = json.loads((PERF / "measured" / "gemm_sustained_h200_bf16.json").read_text())
-    ratio = statistics.median(w["tflops"] for w in held["windows"]) / held["short_tflops"]
-    assert calibrate.PRIOR["gemm"] == pytest.approx(0.92 * ratio, abs=0.005)
+def test_in_a_row_timing_is_per_gemm(monkeypatch):
+    module = _script("gemm_rates")
+    calls = []
+    monkeypatch.setattr(module, "median_seconds", lambda fn, device, repeats: (fn(), float(len(calls)))[1])
+    assert module.Timer("cpu", 1, in_a_row=4)(lambda: calls.append(1)) == 1.0 and len(calls) == 4
+
+
+def test_a_layer_is_its_runs_time_over_its_layers_without_accumulating_gradients(monkeypatch):
+    module = _script("layer_fixed_cost")
+    models, grads = [], []
+    build = module.nn.Sequential
+
+    def kept(*layers):
+        models.append(build(*layers))
+        return models[-1]
+
+    class TwoRuns:  # a Timer that runs the step twice and says it took 1 s
+        def __init__(self, device, repeats):
+            pass
+
+        def __call__(self, step):
+            for _ in range(2):
+                step()
+                grads.append(next(models[0].parameters()).grad.clone())
+            return 1.0
+
+    monkeypatch.setattr(module.nn, "Sequential", kept)
+    monkeypatch.setattr(module, "Timer", TwoRuns)
+    assert module.layer_seconds(32, 4, 1, 8, 1, 4, module.torch.device("cpu"), 1) == 0.25
+    assert module.torch.equal(grads[0], grads[1])  # the second backward did not add to the first's gradients
+
+
+def test_the_fixed_cost_is_the_intercept_of_the_layers_time_against_its_tokens(tmp_path, monkeypatch):
+    module = _script("layer_fixed_cost")
+    monkeypatch.setattr(module, "layer_seconds", lambda hidden, heads, tp, seq, mbs, *rest: 0.5e-3 + 2e-6 * mbs * seq)
+    monkeypatch.setattr(module, "gemm_seconds", lambda *args: 1e-4)
+    out = tmp_path / "fixed.json"
+    assert module.main(["--device", "cpu", "--hidden", "64", "--heads", "4", "--tp", "1", "--seq", "16",
+                        "--mbs", "1,2,4", "--json", str(out)]) == 0
+    shape, = json.loads(out.read_text())["shapes"]
+    assert shape["intercept_ms"] == pytest.approx({"layer": 0.5, "gemm": 1.2, "rest": -0.7})
 
 
 def _measured_layers():
@@ -91,8 +125,10 @@ def _measured_layers():
 
 def test_the_planners_layer_time_meets_the_h200s_measured_layers():
     """A check on data the fit never saw: the corpus's constants (fitted on A100- and H100-era publications)
-    time one layer's forward and backward within 8% of the H200's eager layers from 2048 tokens up; below
-    that the layer's fixed cost, which the planner does not charge, makes it up to 26% short."""
+    and the h200-8 profile time one layer's forward and backward within 6% of the H200's eager layers from
+    1024 tokens up, and 9% short at 512, where the layer's fixed cost, which the planner does not charge,
+    weighs most. The bounds are this run's errors with a point of room: a guard against the model drifting
+    from a measurement, not a goal."""
     from dataclasses import replace
 
     from nlp_bench.plan import timing, validation
@@ -102,7 +138,7 @@ def test_the_planners_layer_time_meets_the_h200s_measured_layers():
     from nlp_bench.spec.systems import load_system
 
     eff = validation.fit_rows([r for r in load_corpus(corpus_path()) if r.fitted]).efficiency
-    h200 = replace(load_system("h100-8"), device_name="H200-SXM-141GB", matmul_tflops=None, matmul_fp8_tflops=None)
+    h200 = load_system("h200-8")
     errors = {}
     for seq, shape, row in _measured_layers():
         model = replace(get_model("gpt-tiny"), num_layers=4, hidden_size=shape["hidden"], ffn_hidden_size=4 * shape["hidden"],
@@ -111,6 +147,6 @@ def test_the_planners_layer_time_meets_the_h200s_measured_layers():
                       sequence_parallel=False, flash_attention=True, precision="bf16")
         predicted = timing.timed(timing.work(model, 128, c, h200), eff).compute_s / 4 * 1e3
         errors[(seq, shape["hidden"], shape["tp"], row["tokens"])] = predicted / row["layer_ms"] - 1
-    assert len(errors) == 22
-    assert all(abs(e) <= 0.08 for (_, _, _, tokens), e in errors.items() if tokens >= 2048), errors
-    assert all(-0.26 <= e < 0 for (_, _, _, tokens), e in errors.items() if tokens < 2048), errors
+    assert len(errors) == 18
+    assert all(-0.02 <= e <= 0.065 for (_, _, _, tokens), e in errors.items() if tokens >= 1024), errors
+    assert all(-0.10 <= e < 0 for (_, _, _, tokens), e in errors.items() if tokens < 1024), errors

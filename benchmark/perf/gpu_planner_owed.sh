@@ -2,7 +2,8 @@
 # The GPU measurements the planner (issue 34) owes, in one device call: the layer-GEMM curve at the
 # 512-token chunks tensor-parallel overlap runs, in BF16 and FP8; a layer's GEMMs held for a minute (does
 # the rate the planner divides by hold under a long load?); and the fixed cost of a layer (the intercept of
-# its time against tokens). Everything printed goes to $OUT/summary.txt, each stage's JSON beside it.
+# its time against tokens). Everything printed goes to $OUT/summary.txt, each stage's JSON beside it; the
+# exit status is 1 where a stage failed.
 #
 #   bash benchmark/perf/gpu_planner_owed.sh        (from the repository root; DEVICE=cpu SMALL=1 rehearses)
 set -u
@@ -18,13 +19,16 @@ if [ -n "${SMALL:-}" ]; then
 else
     RATES=() HOLD=() LAYER=(--hidden 4096,12288,12288 --heads 32,96,96 --tp 1,4,8)
 fi
+FAILED=0
 stage() {
-    local name=$1 cap=$2
+    local name=$1 cap=$2 rc
     shift 2
     echo "=== $name (at most ${cap}s) $(date -u +%T)"
     local began=$(date +%s)
     timeout --kill-after=5 "$cap" "$@"
-    echo "=== $name: exit $? after $(( $(date +%s) - began ))s"
+    rc=$?
+    echo "=== $name: exit $rc after $(( $(date +%s) - began ))s"
+    (( rc == 0 )) || FAILED=$(( FAILED + 1 ))
 }
 echo "=== environment $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv 2>/dev/null
@@ -37,3 +41,5 @@ stage "FP8 layer GEMMs held for 45 s" 75 \
     python3 "$PERF/gemm_sustained.py" --device "$DEVICE" --dtype fp8 --seconds 45 "${HOLD[@]}" --json "$OUT/sustained_fp8.json"
 stage "a layer's fixed cost" 120 \
     python3 "$PERF/layer_fixed_cost.py" --device "$DEVICE" "${LAYER[@]}" --json "$OUT/layer_fixed_cost.json"
+echo "=== $FAILED stage(s) failed"
+exit $(( FAILED > 0 ))

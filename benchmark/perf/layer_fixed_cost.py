@@ -26,12 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_rates import Timer, gemm_seconds, layer_gemms  # noqa: E402
+from gemm_rates import Timer, gemm_seconds, layer_gemms, positive_int, positive_ints  # noqa: E402
 from gputime import save_json  # noqa: E402
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
 
 
 class Slice(nn.Module):
@@ -58,7 +54,11 @@ def layer_seconds(hidden: int, heads: int, tp: int, seq: int, mbs: int, layers: 
     model = nn.Sequential(*(Slice(hidden, heads, tp) for _ in range(layers))).to(device, torch.bfloat16)
     x = torch.randn(mbs, seq, hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
 
+    params = [x, *model.parameters()]
+
     def step() -> None:
+        for p in params:  # no accumulation into last step's gradients: Megatron fuses that into the GEMM
+            p.grad = None
         model(x).float().sum().backward()
 
     step()
@@ -68,13 +68,13 @@ def layer_seconds(hidden: int, heads: int, tp: int, seq: int, mbs: int, layers: 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--hidden", type=_ints, default=[4096, 12288])
-    ap.add_argument("--heads", type=_ints, default=[32, 96])
-    ap.add_argument("--tp", type=_ints, default=[1, 8])
-    ap.add_argument("--seq", type=int, default=2048)
-    ap.add_argument("--mbs", type=_ints, default=[1, 2, 4, 8])
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--hidden", type=positive_ints, default=[4096, 12288])
+    ap.add_argument("--heads", type=positive_ints, default=[32, 96])
+    ap.add_argument("--tp", type=positive_ints, default=[1, 8])
+    ap.add_argument("--seq", type=positive_int, default=2048)
+    ap.add_argument("--mbs", type=positive_ints, default=[1, 2, 4, 8])
+    ap.add_argument("--layers", type=positive_int, default=4)
+    ap.add_argument("--repeats", type=positive_int, default=10)
     ap.add_argument("--json", dest="json_out", default=None)
     args = ap.parse_args(argv)
     device = torch.device(args.device)

@@ -44,17 +44,15 @@ SYSTEM_FREE = ("gemm", "gemm_half", "network", "memory")  # refitted on a system
 #: What the hardware measures of the constants. One device (benchmark/perf/gemm_rates.py on an H100 and an
 #: H200, 2026-11-26; benchmark/perf/measured/): a layer's GEMMs at 8192 tokens follow rate · d / (d + half)
 #: with rate 0.95 and 0.89 of the best square GEMM (the matmul rate the time model divides by) and half 148
-#: and 92; a large copy moves 0.90 and 0.84 of the nominal memory bandwidth. A training run keeps its device busy
-#: for minutes, not the fraction of a second those runs took: held for a minute, a layer's GEMMs ran at 0.886
-#: (BF16) and 0.889 (FP8) of their short-run rate on the H200, steady from the first 5 s on, the device at its
-#: 700 W limit and its SM clock at 1,455-1,470 of its 1,980 MHz maximum (benchmark/perf/gemm_sustained.py,
-#: 2026-11-27), so the GEMM efficiency under load is 0.92 · 0.886. The network: published
-#: nccl-tests ring all-reduce bus bandwidth inside a node, 230-232 of 300 GB/s on 8 A100s and 365-370 of 450
+#: and 92; a large copy moves 0.90 and 0.84 of the nominal memory bandwidth. Those layer rates are a loaded
+#: device's: held for a minute, a 175B layer's GEMMs ran at 0.99 of what gemm_rates.py had measured of them
+#: (H200, BF16 and FP8; benchmark/perf/gemm_sustained.py, 2026-11-27). The network: published nccl-tests
+#: ring all-reduce bus bandwidth inside a node, 230-232 of 300 GB/s on 8 A100s and 365-370 of 450
 #: on 8 H100s or H200s (NVIDIA GTC24 S62129 "Collective Communication Bandwidth"; S. Jeaugey, NVIDIA/nccl-tests
 #: issues 149 and 212; Azure AI-benchmarking-guide, ND A100 v4 231.6 at 8 GB); across nodes 0.93-0.96 of the
 #: InfiniBand line rate (192 of 200 GB/s, DGX A100, NVIDIA/nccl issue 812), but tensor parallelism's traffic,
 #: the most of what the corpus moves, stays inside nodes: 0.8.
-PRIOR = {"gemm": 0.815, "gemm_half": 120.0, "memory": 0.87, "network": 0.8}
+PRIOR = {"gemm": 0.92, "gemm_half": 120.0, "memory": 0.87, "network": 0.8}
 #: How much the prior weighs: a constant a factor e from it costs as much as one row (in the corpus fit, one
 #: publication) missed by 10%.
 PRIOR_WEIGHT = 0.01
