@@ -33,6 +33,17 @@ def test_a_held_load_is_timed_window_by_window_against_the_short_run(tmp_path):
     assert [w["at_s"] for w in found["windows"]] == sorted(w["at_s"] for w in found["windows"])
 
 
+def test_a_windows_rate_is_the_work_it_finished_over_its_time():
+    now = [0.0]
+
+    def run():  # one layer run takes 10 ms of a fake clock: 1e12 FLOPs at 100 TFLOP/s
+        now[0] += 0.01
+
+    module = _script("gemm_sustained")
+    windows = module.sustained([run], 1e12, 2.0, 0.5, module.torch.device("cpu"), clock=lambda: now[0])
+    assert len(windows) == 4 and all(w["tflops"] == pytest.approx(100) for w in windows)
+
+
 @pytest.mark.parametrize("argv, why", [(["--hidden", "100", "--tp", "8"], "divide by --tp"),
                                        (["--seconds", "0"], "positive")])
 def test_a_held_load_refuses_a_shape_it_cannot_run(argv, why, capsys):

@@ -18,7 +18,8 @@ device-memory bandwidth of a large copy.
 
 Medians of `--repeats` timed runs after a warm-up; CUDA events on a GPU, the wall clock elsewhere. Each run
 is one GEMM launched alone, or `--in-a-row` of them back to back (the host's launch gaps hidden as in a
-training step; the longer load also lowers a power-capped device's clock, so give a profile the best square
+training step, though a GEMM repeated on the same operands finds the small ones in L2 where a step's next
+GEMM would not; the longer load also lowers a power-capped device's clock, so give a profile the best square
 of single launches).
 """
 

@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -38,25 +39,27 @@ def device_state(device: torch.device) -> dict:
         return {}
 
 
-def sustained(runs: list, flops: float, seconds: float, window: float, device: torch.device) -> list[dict]:
+def sustained(runs: list, flops: float, seconds: float, window: float, device: torch.device,
+              clock: Callable[[], float] = time.perf_counter) -> list[dict]:
     """Rate (TFLOP/s) of each window of back-to-back layer runs; the device is synchronised a few times a
-    window (after a batch sized from the previous one) so the queue never runs dry nor far ahead."""
+    window (after a batch sized from the previous one, growing at most fourfold, so that one slow batch does
+    not swallow the window) so the queue never runs dry nor far ahead."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     windows: list[dict] = []
-    batch, began = 1, time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        start, done = time.perf_counter(), 0
-        while time.perf_counter() - start < window:
-            t0 = time.perf_counter()
+    batch, began = 1, clock()
+    while clock() - began < seconds:
+        start, done = clock(), 0
+        while clock() - start < window:
+            t0 = clock()
             for _ in range(batch):
                 for run in runs:
                     run()
             sync()
             done += batch
-            took = time.perf_counter() - t0
-            batch = max(1, int(batch * window / 5 / max(took, 1e-6)))
-        elapsed = time.perf_counter() - start
-        windows.append({"at_s": round(time.perf_counter() - began, 2),
+            took = clock() - t0
+            batch = max(1, min(4 * batch, int(batch * window / 5 / max(took, 1e-6))))
+        elapsed = clock() - start
+        windows.append({"at_s": round(clock() - began, 2),
                         "tflops": float(f"{flops * done / elapsed / 1e12:.4g}"), **device_state(device)})
     return windows
 

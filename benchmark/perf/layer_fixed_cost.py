@@ -3,12 +3,14 @@ it runs. The planner times a layer as work over rates (GEMMs on the measured cur
 work on memory bandwidth), all proportional to tokens; kernel launches, synchronisation and the gaps
 between kernels are not, and show as the intercept of a line through the layer's time at a few micro-batch
 sizes (sequence fixed, so attention stays linear in tokens). The same fit is printed for the layer's 12
-GEMMs alone (gemm_rates' timing), so the non-GEMM part's intercept is visible too.
+GEMMs alone (gemm_rates' timing: each launched alone, so their intercept holds their launches), so the
+non-GEMM part's intercept is visible too; a split that is within the runs' noise where the line is long.
 
-A layer here is one tensor-parallel rank's slice, as Megatron runs it without Transformer Engine: LayerNorm,
-qkv h -> 3h/tp, causal SDPA over heads/tp heads, projection h/tp -> h, LayerNorm, fc1 h -> 4h/tp, GeLU,
-fc2 4h/tp -> h, the residuals; BF16 weights, no dropout, no tensor-parallel collectives. `--layers` of them
-run in eager PyTorch, forward then backward, timed with CUDA events; times are per layer.
+A layer here is one tensor-parallel rank's slice with Megatron's shapes, run eager and unfused (not as
+Megatron runs it, which fuses LayerNorm, bias and GeLU, and gradient accumulation): LayerNorm, qkv h -> 3h/tp,
+causal SDPA over heads/tp heads, projection h/tp -> h, LayerNorm, fc1 h -> 4h/tp, GeLU, fc2 4h/tp -> h, the
+residuals; BF16 weights, no dropout, no tensor-parallel collectives, gradients cleared before each step.
+`--layers` of them run forward then backward, timed with CUDA events; times are per layer.
 
     python benchmark/perf/layer_fixed_cost.py [--hidden 4096,12288] [--heads 32,96] [--tp 1,8]
         [--seq 2048] [--mbs 1,2,4,8] [--layers 4] [--json OUT.json]
