@@ -1,6 +1,6 @@
 """The planner's owed GPU measurements (benchmark/perf/gemm_sustained.py, layer_fixed_cost.py and the script
-that runs them with gemm_rates.py in one device call) run here on CPU at toy sizes, and the GEMM efficiency the
-planner's corpus fit is held near is the one measured under a long load."""
+that runs them with gemm_rates.py in one device call) run here on CPU at toy sizes, and the planner's layer time
+stays near the layers the H200 measured (benchmark/perf/measured/)."""
 
 import importlib.util
 import json
