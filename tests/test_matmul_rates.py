@@ -6,8 +6,10 @@ import importlib.util
 import json
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 
 from nlp_bench.plan import timing
 from nlp_bench.plan.candidate import Candidate
@@ -150,7 +152,8 @@ def test_the_attention_rate_is_interpolated_in_log_sequence_and_held_at_the_ends
     assert h100.attention_rate(8192) == table[8192]
     assert h100.attention_rate(1024) == table[2048] and h100.attention_rate(65536) == table[32768]
     assert h100.attention_rate(8192 * 2 ** 0.5) == pytest.approx((table[8192] + table[16384]) / 2)
-    assert load_system("selene").attention_rate(8192) is None  # nothing measured on an A100
+    # the A100's from FlashAttention-2's published figure, scaled from its count to the whole matrix's
+    assert load_system("selene").attention_rate(8192) == pytest.approx(182 * 12 / 7, abs=0.05)
     assert load_system("local").attention_rate(8192) is None
 
 
@@ -161,7 +164,6 @@ def test_flash_attention_runs_the_core_at_the_measured_fused_rate(cp):
     c = Candidate(1, 8, 2, 1, 1, 8, cp=cp)
     w = timing.work(model, pad_vocab(model.vocab_size, 2), c, system)
     unfused = timing.work(model, pad_vocab(model.vocab_size, 2), replace(c, flash_attention=False), system)
-    assert w.attention_rate == pytest.approx(system.attention_rate(8192 / cp) * 1e12)
     # the core: what the stage runs besides its linear layers and the output layer
     vocab = pad_vocab(model.vocab_size, 2)
     logits = 6 * c.mbs * model.seq_length * model.hidden_size * vocab / (c.tp * cp)
@@ -172,6 +174,10 @@ def test_flash_attention_runs_the_core_at_the_measured_fused_rate(cp):
     curve = eff.gemm * w.side / (w.side + eff.gemm_half)
     gemms = (w.flops - w.attention_flops) / (w.matmul * curve)
     core = w.attention_flops / (w.attention_rate * eff.gemm)
+    # the table's rate counts the whole score matrix, the planner's FLOPs the causal half: the core takes the
+    # time the measured kernel took on the whole matrix (the planner had timed it at half that)
+    whole = 2 * w.attention_flops
+    assert core == pytest.approx(whole / (system.attention_rate(8192 / cp) * 1e12 * eff.gemm))
     assert timing.timed(w, eff).compute_s == pytest.approx(gemms + core + w.elementwise_bytes / (w.memory_bandwidth
                                                                                                  * eff.memory))
 
@@ -202,15 +208,15 @@ def _attention_script():
 
 def test_attention_rates_measures_each_backend_that_runs_and_skips_the_others(tmp_path, capsys):
     module = _attention_script()
-    # Megatron's count: 4·b·s²·h forward, three times that with the backward
-    assert module.megatron_flops(2, 1024, 32, 128) == 3 * 4 * 2 * 1024 ** 2 * 32 * 128
+    # the whole score matrix: 4·b·s²·h forward, three times that with the backward
+    assert module.whole_matrix_flops(2, 1024, 32, 128) == 3 * 4 * 2 * 1024 ** 2 * 32 * 128
     out = tmp_path / "attention.json"
     assert module.main(["--device", "cpu", "--seq", "64,128", "--tokens", "128", "--heads", "4", "--groups", "2",
                         "--head-dim", "16", "--backends", "math,cudnn", "--repeats", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert {(r["backend"], r["seq"]) for r in rows} >= {("math", 64), ("math", 128)}
     for r in rows:
-        assert r["tflops_megatron"] == pytest.approx(2 * r["seq"] / (r["seq"] + 1) * r["tflops_executed"])
+        assert r["tflops_whole_matrix"] == pytest.approx(2 * r["seq"] / (r["seq"] + 1) * r["tflops_executed"])
     assert module.main(["--device", "cpu", "--backends", "triton"]) == 2
     assert "backends are" in capsys.readouterr().err
 
@@ -226,3 +232,38 @@ def test_the_context_ring_hides_behind_the_fused_core_as_fast_as_that_runs():
     slow = timing.timed(replace(w, cp_bandwidth=1e9), eff).compute_s
     assert ring > core > 0
     assert slow == pytest.approx(fast + ring - core, rel=1e-9)  # only what outlasts the core is added
+
+
+def test_unfused_attention_is_timed_near_a_published_a100_measurement():
+    """Unfused attention's batched GEMMs have the head dimension as their smallest side (scores: s x d by
+    d x s; their product with the values: s x s by s x d). The planner had timed them at the layer's side,
+    h/tp or the tokens: 1.6 to 2.4 times faster than FlashAttention-2's A100 figure shows the unfused baseline
+    to run. On the curve at the head dimension, with the corpus's constants and the baseline's softmax
+    traffic, the time lies within 40% of the measurement, never above it (the figure's 512 is left out: fixed
+    costs the planner does not charge weigh most there)."""
+    from nlp_bench.plan import validation
+    from nlp_bench.plan.corpus import corpus_path, load_corpus
+
+    data = yaml.safe_load((Path(__file__).parent / "data" / "unfused_attention_a100.yaml").read_text())
+    eff = validation.fit_rows([r for r in load_corpus(corpus_path()) if r.fitted]).efficiency
+    a100, h = load_system("selene"), data["hidden"]
+    ratios = []
+    for panel in data["tflops"]:
+        for seq, rate in zip(data["sequences"], panel["rates"], strict=True):
+            if seq < 1024:
+                continue
+            b, heads = data["tokens"] // seq, h // panel["head_dim"]
+            model = replace(get_model("gpt-tiny"), num_layers=1, hidden_size=h, ffn_hidden_size=4 * h,
+                            num_attention_heads=heads, seq_length=seq, vocab_size=128)
+            w = timing.work(model, 128, Candidate(1, 8, 1, 1, b, 1, recompute="none", flash_attention=False), a100)
+            assert w.core_side == panel["head_dim"]
+            assert w.core_flops == pytest.approx(3 * 4 * b * seq * seq * h)  # the whole score matrix
+            core = timing.timed(w, eff).compute_s - timing.timed(replace(w, flops=w.flops - w.core_flops, core_flops=0.0),
+                                                                 eff).compute_s
+            # the baseline's softmax reads and writes the scores (4 bytes an element), its gradient reads two and
+            # writes one (6); the causal mask's addition reads and writes them once more (4)
+            softmax = (14 if panel["causal"] else 10) * b * heads * seq * seq / (w.memory_bandwidth * eff.memory)
+            measured = 3.5 * 4 * b * seq * seq * h / (2 if panel["causal"] else 1) / (rate * 1e12)
+            ratios.append((core + softmax) / measured)
+    assert len(ratios) == 16
+    assert all(0.6 <= r <= 1.0 for r in ratios), ratios

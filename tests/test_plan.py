@@ -297,6 +297,44 @@ def test_full_recompute_runs_the_layers_forward_again_not_the_output_layers():
     assert timing.hardware_flops(m, vocab, c) == pytest.approx(model_flops + (model_flops - logits) / 3)
 
 
+@pytest.mark.parametrize("recompute, forward_again", [("none", 0), ("selective", 1), ("full", 1)])
+def test_unfused_attention_executes_the_whole_causal_score_matrix(recompute, forward_again):
+    """Megatron's count halves the attention core for the causal mask, as a fused kernel skips the masked
+    blocks; unfused attention (baddbmm, then the masked softmax, then bmm with the values: Megatron before
+    flash attention, Megatron-DeepSpeed) multiplies the whole score matrix. The planner charged the unfused
+    runs the halved count."""
+    from dataclasses import replace
+
+    from nlp_bench.plan import timing
+
+    m = get_model("gpt-13b")
+    vocab = pad_vocab(m.vocab_size, 2)
+    fused = Candidate(8, 4, 2, 4, 1, 16, recompute=recompute, flash_attention=True)
+    unfused = replace(fused, flash_attention=False)
+    b, s, h, n = fused.global_batch_size, m.seq_length, m.hidden_size, m.num_layers
+    masked_half = 2.0 * b * s * s * h * n  # forward: scores and their product with the values, half of them
+    assert timing.hardware_flops(m, vocab, unfused) - timing.hardware_flops(m, vocab, fused) == \
+        pytest.approx(masked_half * (3 + forward_again))
+
+
+def test_selective_recompute_writes_the_unfused_attention_scores_once_more():
+    """Selective recompute keeps no score-sized tensors (the scores' softmax, dropout mask and output), so the
+    backward writes them again before it reads them: one pass more over them than without recompute, as full
+    recompute makes one more over every activation. With flash attention there are none to write."""
+    from nlp_bench.plan import timing
+    from nlp_bench.spec.systems import load_system
+
+    m, system = get_model("gpt-13b"), load_system("juwels-booster")
+    vocab = pad_vocab(m.vocab_size, 2)
+    c = Candidate(8, 4, 2, 4, 1, 16, flash_attention=False)
+    none, selective = (timing.work(m, vocab, replace(c, recompute=r), system) for r in ("none", "selective"))
+    scores = 5 * m.num_attention_heads * m.seq_length ** 2 * c.mbs / c.tp  # bytes a layer, Korthikanti et al.
+    assert selective.elementwise_bytes - none.elementwise_bytes == pytest.approx(m.num_layers / c.pp * scores)
+    fused = replace(c, flash_attention=True)
+    assert timing.work(m, vocab, replace(fused, recompute="selective"), system).elementwise_bytes == \
+        timing.work(m, vocab, replace(fused, recompute="none"), system).elementwise_bytes
+
+
 def test_the_pipeline_bubble_runs_at_the_other_stages_pace_not_the_slowest():
     """1F1B's steady state waits for the slowest stage (here the last, which runs the output layer too), but
     the fill and drain pass each micro-batch through every other stage once: the bubble is timed at their
@@ -317,7 +355,8 @@ def test_the_pipeline_bubble_runs_at_the_other_stages_pace_not_the_slowest():
     paced = timing.timed(w, eff).iteration_s
     at_the_slowest = timing.timed(replace(w, bubble_flops=1.0, bubble_layers=1.0), eff).iteration_s
     assert at_the_slowest > paced
-    even = timing.work(m, vocab, Candidate(8, 4, 2, 4, 1, 16), system)
+    # (the attention core at the layer GEMMs' rate, so that the stage's FLOPs run at one rate)
+    even = replace(timing.work(m, vocab, Candidate(8, 4, 2, 4, 1, 16), system), attention_flops=0.0)
     curve = eff.gemm * even.side / (even.side + eff.gemm_half)
     # with even stages the others differ from the last by the output layer alone
     assert even.bubble_layers == 1.0
@@ -504,7 +543,8 @@ def test_tensor_parallel_overlap_runs_the_gemms_it_hides_behind_in_tp_chunks():
     vocab = pad_vocab(m.vocab_size, 4)
     eff = timing.Efficiency()
     c = Candidate(64, 8, 4, 8, 1, 16, precision="fp8", flash_attention=False)
-    w = timing.work(m, vocab, replace(c, tp_comm_overlap=True), system)
+    # the attention core at the layers' side, so that the BF16 FLOPs run on one curve
+    w = replace(timing.work(m, vocab, replace(c, tp_comm_overlap=True), system), core_flops=0.0)
     assert w.chunk_side == min(m.hidden_size / 4, m.seq_length / 4)
     assert w.chunked_flops == pytest.approx(w.fp8_flops * (1 + 5 / 12) / 3)  # FP8 runs the linear layers' FLOPs
     full = timing.work(m, vocab, replace(c, tp_comm_overlap=True, recompute="full"), system)
@@ -528,7 +568,8 @@ def test_fp8_gemms_need_wider_sides_to_reach_their_rate():
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
     eff = timing.Efficiency()
-    w = timing.work(m, vocab, Candidate(64, 8, 4, 8, 1, 16, precision="fp8", flash_attention=False), system)
+    w = replace(timing.work(m, vocab, Candidate(64, 8, 4, 8, 1, 16, precision="fp8", flash_attention=False), system),
+                core_flops=0.0)  # the attention core at the layers' side, so that the BF16 FLOPs run on one curve
     curve = eff.gemm * w.side / (w.side + eff.gemm_half)
     curve8 = eff.gemm * w.side / (w.side + eff.gemm_half * 287 / 118)
     expected = (w.flops - w.fp8_flops) / (w.matmul * curve) + w.fp8_flops / (w.fp8_matmul * curve8) + \

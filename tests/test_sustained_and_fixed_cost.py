@@ -136,8 +136,8 @@ def _measured_layers():
 
 def test_the_planners_layer_time_meets_the_h200s_measured_layers():
     """A check on data the fit never saw: the corpus's constants (fitted on A100- and H100-era publications)
-    and the h200-8 profile time one layer's forward and backward within 6% of the H200's eager layers from
-    1024 tokens up, and 9% short at 512, where the layer's fixed cost, which the planner does not charge,
+    and the h200-8 profile time one layer's forward and backward within 4% of the H200's eager layers from
+    1024 tokens up, and 11-12% short at 512, where the layer's fixed cost, which the planner does not charge,
     weighs most. The bounds are this run's errors with a point of room: a guard against the model drifting
     from a measurement, not a goal."""
     from dataclasses import replace
@@ -159,5 +159,5 @@ def test_the_planners_layer_time_meets_the_h200s_measured_layers():
         predicted = timing.timed(timing.work(model, 128, c, h200), eff).compute_s / 4 * 1e3
         errors[(seq, shape["hidden"], shape["tp"], row["tokens"])] = predicted / row["layer_ms"] - 1
     assert len(errors) == 18
-    assert all(-0.02 <= e <= 0.065 for (_, _, _, tokens), e in errors.items() if tokens >= 1024), errors
-    assert all(-0.10 <= e < 0 for (_, _, _, tokens), e in errors.items() if tokens < 1024), errors
+    assert all(-0.045 <= e <= 0.045 for (_, _, _, tokens), e in errors.items() if tokens >= 1024), errors
+    assert all(-0.13 <= e < 0 for (_, _, _, tokens), e in errors.items() if tokens < 1024), errors

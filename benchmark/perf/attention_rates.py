@@ -1,11 +1,11 @@
 """The rate causal attention runs at on a device, forward and backward, beside the GEMM rate: whether the
 planner may time the attention core as it times GEMMs.
 
-The planner counts the attention core as Megatron-LM's FLOPs formula does, the whole s x s score matrix
-(4·b·s²·h forward for QKᵀ and AV), and divides by the GEMM rate. A causal kernel computes about half of
-that; if it runs at about half the GEMM rate the two cancel. This prints both: the rate on the FLOPs the
-kernel executes (half the square, plus the diagonal blocks) and the rate on Megatron's count, the one to
-set beside gemm_rates.py's layer GEMMs.
+A causal kernel computes about half of the s x s score matrix. This prints two rates: on the FLOPs the
+kernel executes (half the square, plus the diagonal blocks), and on the whole matrix (4·b·s²·h forward for
+QKᵀ and AV, three times that with the backward: Megatron-LM's count before it halved the causal core), the
+one the device table (spec/devices.py) keeps; the planner, whose count halves it as current Megatron-LM's
+does, runs a kernel at half that rate.
 
     python benchmark/perf/attention_rates.py [--device cuda] [--seq 4096,8192,16384] [--heads 32]
         [--groups 8] [--head-dim 128] [--backends flash,cudnn,efficient,math] [--json OUT.json]
@@ -35,8 +35,8 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def megatron_flops(batch: int, seq: int, heads: int, head_dim: int) -> float:
-    """Forward and backward FLOPs of the attention core as Megatron counts them: 4·b·s²·(heads·d) forward
+def whole_matrix_flops(batch: int, seq: int, heads: int, head_dim: int) -> float:
+    """Forward and backward FLOPs of the attention core over the whole score matrix: 4·b·s²·(heads·d) forward
     (scores and the weighted sum), twice that backward."""
     return 3 * 4 * batch * seq * seq * heads * head_dim
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"# device {name}, torch {torch.__version__}, cuda {torch.version.cuda}, bf16, causal, "
           f"{args.heads} heads in {args.groups} groups of dim {args.head_dim}, repeats {args.repeats}")
-    print("backend    seq  batch  ms   TFLOP/s executed  TFLOP/s Megatron's count")
+    print("backend    seq  batch  ms   TFLOP/s executed  TFLOP/s whole matrix")
     found = {"device": name, "torch": torch.__version__, "rows": []}
     for backend in backends:
         for seq in args.seq:
@@ -90,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             except RuntimeError as exc:
                 print(f"{backend:9} {seq:6}  skipped: {str(exc).splitlines()[0][:100]}")
                 continue
-            counted = megatron_flops(batch, seq, args.heads, args.head_dim)
+            counted = whole_matrix_flops(batch, seq, args.heads, args.head_dim)
             executed = counted * (seq + 1) / (2 * seq)  # the lower triangle with its diagonal
             found["rows"].append({"backend": backend, "seq": seq, "batch": batch, "seconds": t,
-                                  "tflops_executed": executed / t / 1e12, "tflops_megatron": counted / t / 1e12})
+                                  "tflops_executed": executed / t / 1e12, "tflops_whole_matrix": counted / t / 1e12})
             print(f"{backend:9} {seq:6} {batch:5} {t * 1e3:7.2f} {executed / t / 1e12:12.4g} {counted / t / 1e12:16.4g}")
             if device.type == "cuda":
                 torch.cuda.empty_cache()

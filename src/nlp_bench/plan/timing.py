@@ -4,15 +4,17 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
 
     t_compute = hardware FLOPs / (matmul · gemm · d / (d + gemm_half)) + element-wise bytes / (memory bw · memory)
         hardware FLOPs: Megatron's model FLOPs, plus the layers' forward again with full recompute, or the
-        attention core's forward again with selective recompute; the stage that runs the output layer
-        (the last, with pp > 1) is the one the pipeline waits for. d is the smallest side of the layer's
-        matrix products on one device (h/tp, or mbs·s when smaller). The curve's form: a GEMM reaches a
+        attention core's forward again with selective recompute, and without flash attention the masked
+        half of the causal scores that Megatron's count leaves out (hardware_flops); the stage that runs
+        the output layer (the last, with pp > 1) is the one the pipeline waits for. d is the smallest side
+        of the layer's matrix products on one device (h/tp, or mbs·s when smaller). The curve's form: a GEMM reaches a
         fraction of its full rate that grows with its smallest side and saturates (NVIDIA, "Matrix Multiplication
         Background User's Guide": tile quantisation and arithmetic intensity; Megatron-LM's README: "larger
         GEMMs have higher arithmetic intensity"); `gemm` (the asymptote) and `gemm_half` (the side at which
         half of it is reached) are fitted on the validation corpus. With flash attention on a device whose
         fused causal kernel was measured (System.attention_rate), the attention core runs at that rate
-        times `gemm` instead. `matmul` is the rate a large GEMM was
+        times `gemm` instead; unfused attention's batched GEMMs run on the curve at their own smallest
+        side, the head dimension (_attention_core). `matmul` is the rate a large GEMM was
         measured to reach on the device (System.matmul_rate; FP8's for the linear layers of an FP8 run), not
         the datasheet peak: devices fall short of their peaks by different amounts, so only a rate measured
         on each lets constants fitted on one device's runs predict another's. An FP8 GEMM's curve reaches
@@ -149,15 +151,18 @@ def _logits_flops(model: ModelSpec, vocab_padded: int, sequences: float) -> floa
 def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
     """FLOPs one iteration executes: Megatron's model FLOPs plus what recompute repeats. Full recompute runs
     the transformer layers' forward again, not the output layer's (it lies outside the checkpointed layers;
-    Narayanan et al.'s count charges it once too)."""
+    Narayanan et al.'s count charges it once too). Megatron's count halves the causal attention core (a fused
+    kernel skips the masked blocks); unfused attention (baddbmm, the masked softmax, bmm with the values)
+    multiplies the whole score matrix, the masked half too (Narayanan et al.'s count charges it whole)."""
     shape = model.flops_shape(c.global_batch_size, vocab_padded)
-    model_flops = flops.megatron_model_flops(shape)
     b, s, h, n = c.global_batch_size, model.seq_length, model.hidden_size, model.num_layers
+    core = 1.0 if c.flash_attention else 2.0  # halves of the causal score matrix the attention core multiplies
+    executed = flops.megatron_model_flops(shape) + (core - 1) * 6.0 * b * s * s * h * n
     if c.recompute == "full":
-        return model_flops + (model_flops - _logits_flops(model, vocab_padded, b)) / 3  # the layers' forward again
+        return executed + (executed - _logits_flops(model, vocab_padded, b)) / 3  # the layers' forward again
     if c.recompute == "selective":
-        return model_flops + 2.0 * b * s * s * h * n  # the attention core's forward again
-    return model_flops
+        return executed + core * 2.0 * b * s * s * h * n  # the attention core's forward again
+    return executed
 
 
 def check_plannable(system: System) -> None:
@@ -222,7 +227,9 @@ class Work:
     chunked_flops: float = 0.0
     chunk_side: float = 1.0
     attention_flops: float = 0.0  # of `flops`, the attention core a fused kernel runs at `attention_rate`
-    attention_rate: float = 1.0  # FLOP/s on Megatron's count
+    attention_rate: float = 1.0  # FLOP/s on the planner's count (half the causal score matrix)
+    core_flops: float = 0.0  # of `flops`, unfused attention's batched GEMMs, timed at `core_side`
+    core_side: float = 1.0
 
 
 def _within_node(system: System, devices: int) -> float:
@@ -261,7 +268,10 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         bubble_layers = (all_layers_of_stages - layers) / (c.pp - 1) / layers if layers else 1.0
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if c.recompute == "full" else 3
-    elementwise = layers * passes * layer_activation_bytes(model, c, recompute="none")
+    every = layer_activation_bytes(model, c, recompute="none")
+    # selective recompute writes what it does not keep (unfused attention's score-sized tensors) once more
+    again = every - layer_activation_bytes(model, c) if c.recompute == "selective" else 0.0
+    elementwise = layers * (passes * every + again)
     params, shard_layers = most_loaded_shard(model, vocab_padded, c)
     weight_casts, fp8_weights = 0.0, 0.0
     if c.precision == "fp8":
@@ -306,7 +316,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         fp8_flops=linear_share if c.precision == "fp8" else 0.0,
         fp8_matmul=_fp8_matmul(system) if c.precision == "fp8" else 0.0,
         **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
-        **_fused_attention(model, c, system, per_layer * layers - linear_share),
+        **_attention_core(model, c, system, per_layer * layers - linear_share),
         **_overlap_chunks(model, c, linear_share, min(h / c.tp, tokens / c.tp)))
 
 
@@ -361,13 +371,17 @@ def _fp8_cast_bytes(model: ModelSpec, c: Candidate, full: bool) -> float:
     return (inputs * (2 if full else 1) + gradients) * c.mbs * model.seq_length / c.cp
 
 
-def _fused_attention(model: ModelSpec, c: Candidate, system: System, core_flops: float) -> dict:
-    """Flash attention's core at the rate the device was measured to run a fused causal kernel at (on
-    Megatron's count, which charges the whole score matrix where the kernel computes its lower half: the two
-    do not cancel, a fused kernel outruns the GEMM rate on that count); each rank of a cp group runs it over
-    its own s/cp tokens. Without flash attention, or a measurement, the core is timed as GEMMs."""
-    rate = system.attention_rate(model.seq_length / c.cp) if c.flash_attention else None
-    return {"attention_flops": core_flops, "attention_rate": rate * 1e12} if rate else {}
+def _attention_core(model: ModelSpec, c: Candidate, system: System, core_flops: float) -> dict:
+    """Flash attention's core at the rate the device was measured to run a fused causal kernel at; each rank
+    of a cp group runs it over its own s/cp tokens. The rates count the whole score matrix (System.attention_rate)
+    where the planner's FLOPs count the half a causal kernel computes, so on the planner's count a kernel runs
+    at half the rate. Without a measurement, flash attention's core is timed as GEMMs of the layer's side.
+    Unfused attention multiplies batched GEMMs whose smallest side is the head dimension (scores: s x d by
+    d x s; their product with the values: s x s by s x d), timed on the curve at that side."""
+    if not c.flash_attention:
+        return {"core_flops": core_flops, "core_side": min(model.head_dim, model.seq_length / c.cp)}
+    rate = system.attention_rate(model.seq_length / c.cp)
+    return {"attention_flops": core_flops, "attention_rate": rate * 1e12 / 2} if rate else {}
 
 
 def _fp8_matmul(system: System) -> float:
@@ -408,7 +422,9 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     curve = eff.gemm * w.side / (w.side + eff.gemm_half)
     curve8 = eff.gemm * w.side / (w.side + eff.gemm_half * FP8_HALF_RATIO)
     t_core = w.attention_flops / (w.attention_rate * eff.gemm)  # 0 where the core is timed as GEMMs
-    t_gemm = (w.flops - w.fp8_flops - w.attention_flops) / (w.matmul * curve) + \
+    core_curve = eff.gemm * w.core_side / (w.core_side + eff.gemm_half)
+    t_gemm = (w.flops - w.fp8_flops - w.attention_flops - w.core_flops) / (w.matmul * curve) + \
+        w.core_flops / (w.matmul * core_curve) + \
         (w.fp8_flops / (w.fp8_matmul * curve8) if w.fp8_flops else 0.0) + t_core
     if w.chunked_flops:  # those GEMMs at their chunks' narrower side
         half = eff.gemm_half * (FP8_HALF_RATIO if w.fp8_flops else 1.0)

@@ -35,8 +35,9 @@ class Device:
     matmul_tflops: float | None = None  # measured dense BF16 GEMM rate (see above)
     matmul_fp8_tflops: float | None = None  # measured dense FP8 (E4M3) GEMM rate
     matmul_source: str = ""
-    #: measured causal attention, forward and backward, in TFLOP/s on Megatron's count of its FLOPs (the whole
-    #: s x s scores), by sequence length: (sequence, rate) pairs, rising; empty where nothing was measured
+    #: measured causal attention, forward and backward, in TFLOP/s on the count of the whole s x s score matrix
+    #: (12·b·s²·h; Megatron-LM's count before it halved the causal core, and attention_rates.py's), by sequence
+    #: length: (sequence, rate) pairs, rising; empty where nothing was measured
     attention_tflops: tuple[tuple[int, float], ...] = ()
 
 
@@ -58,6 +59,13 @@ _H200_MEASURED = ("measured on an H200 SXM 141GB (700 W) with benchmark/perf/gem
 #: kernel Transformer Engine runs on Hopper), bf16, causal, 32 heads in 8 groups of dim 128, 16384 tokens
 _H100_ATTENTION = ((2048, 639.1), (4096, 798.9), (8192, 894.6), (16384, 913.3), (32768, 960.6))
 _H200_ATTENTION = ((2048, 663.3), (4096, 826.8), (8192, 908.4), (16384, 902.3), (32768, 936.5))
+#: Dao 2023, "FlashAttention-2" (arXiv:2307.08691), Figure 4(d) (Dao-AILab/flash-attention,
+#: assets/flash2_a100_fwd_bwd_benchmark.png): FlashAttention-2 on an A100 80GB SXM4, fp16, causal, head dimension
+#: 128, 16 heads, 16k tokens a measurement, forward and backward. The figure counts 3.5 times a forward of half
+#: the score matrix (7·b·s²·h), so its figures are scaled by 12/7 to the whole matrix's count. The A100 40GB has
+#: the same SMs: attention runs from on-chip memory, so it is taken at the same rates.
+_A100_ATTENTION = tuple((seq, round(rate * 12 / 7, 1)) for seq, rate in
+                        ((512, 99), (1024, 133), (2048, 155), (4096, 173), (8192, 182), (16384, 189)))
 _A100_MEASURED = ("H. He, 'Strangely, matrix multiplications on GPUs run faster when given predictable data' "
                   "(2024): 258 TFLOP/s BF16 at 8192 cubed on random operands through torch and cuBLAS; S. Bekman, "
                   "ml-engineering, maximum achievable matmul FLOPS table: 271 at the best shape a search found")
@@ -79,10 +87,10 @@ DEVICES: tuple[Device, ...] = (
            "3.35 TB/s, NVLink 900 GB/s bidirectional)", 750.5, 1375, _H100_MEASURED, _H100_ATTENTION),
     Device("a100-80", "A100-SXM4-80GB", "nvidia", r"a100.*80", 312, 80, 2039, 300,
            "NVIDIA A100 Tensor Core GPU datasheet (80 GB SXM: 2039 GB/s HBM2e; NVLink 600 GB/s bidirectional)",
-           258, None, _A100_MEASURED),
+           258, None, _A100_MEASURED, _A100_ATTENTION),
     Device("a100", "A100-SXM4-40GB", "nvidia", r"a100", 312, 40, 1555, 300,
            "NVIDIA A100 Tensor Core GPU datasheet (40 GB SXM: 1555 GB/s HBM2; NVLink 600 GB/s bidirectional)",
-           258, None, _A100_MEASURED),
+           258, None, _A100_MEASURED, _A100_ATTENTION),
     Device("v100", "V100-SXM2-32GB", "nvidia", r"v100", 125, 32, 900, 150,
            "NVIDIA V100 datasheet (SXM2: 125 TFLOP/s FP16 tensor, no BF16; 900 GB/s HBM2; NVLink 300 GB/s)"),
     Device("mi300a", "MI300A", "amd", r"mi300a", 980.6, 128, 5300, None,

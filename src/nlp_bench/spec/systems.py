@@ -114,9 +114,10 @@ class System:
         return peak * fraction, f"no measured GEMM rate for {self.device_name or self.name}: {fraction:g} of its peak assumed"
 
     def attention_rate(self, seq: float) -> float | None:
-        """TFLOP/s (on Megatron's count) of a fused causal attention kernel over `seq` tokens on this device,
-        interpolated in log2(seq) between the device table's measurements and held at their ends; None
-        where the device has none (the planner then times the attention core as GEMMs)."""
+        """TFLOP/s of a fused causal attention kernel over `seq` tokens on this device, on the whole score
+        matrix's count (devices.Device.attention_tflops), interpolated in log2(seq) between the device table's
+        measurements and held at their ends; None where the device has none (the planner then times the
+        attention core as GEMMs)."""
         device = self._table_entry()
         points = device.attention_tflops if device is not None else ()
         if not points:
