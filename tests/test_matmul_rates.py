@@ -240,7 +240,9 @@ def test_unfused_attention_is_timed_near_a_published_a100_measurement():
     h/tp or the tokens: 1.6 to 2.4 times faster than FlashAttention-2's A100 figure shows the unfused baseline
     to run. On the curve at the head dimension, with the corpus's constants and the baseline's softmax
     traffic, the time lies within 40% of the measurement, never above it (the figure's 512 is left out: fixed
-    costs the planner does not charge weigh most there)."""
+    costs the planner does not charge weigh most there). The element-wise part is the baseline's own (no
+    dropout; the mask added as a tensor), not the planner's charge for Megatron's attention, so this checks
+    the GEMMs' side and count."""
     from nlp_bench.plan import validation
     from nlp_bench.plan.corpus import corpus_path, load_corpus
 

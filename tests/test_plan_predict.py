@@ -167,6 +167,10 @@ def test_context_parallelism_splits_the_sequence_and_pays_for_its_ring(bench, tm
     # the same devices, the same work: within the ring's cost of each other
     assert 0.8 < cp2["tokens_per_s"] / cp1["tokens_per_s"] < 1.2
     assert found["odd"]["tokens_per_s"] is None and "2 x cp 3" in found["odd"]["reason"]
+    # Megatron's unfused attention asserts cp 1: a row asking for both is refused, as Megatron would
+    unfused = bench("plan", "predict", str(_rows(tmp_path, [{**BASE, "id": "unfused", "cp": 2, "flash_attention": False}],
+                                                 "unfused.yaml")))
+    assert unfused.exit_code == 2 and "row unfused: context parallelism (cp > 1) needs flash attention" in unfused.output
     # no published row has context parallelism: its predictions say so
     assert "context parallelism (cp 2) beyond the corpus's 1" in cp2["outside_corpus"]
     assert not any("context" in o for o in cp1["outside_corpus"])

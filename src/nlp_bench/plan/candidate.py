@@ -10,6 +10,8 @@ from nlp_bench.spec.models import ModelSpec
 
 #: Megatron-LM's --fp8-param-gather keeps FP8 weights: it needs FP8 and the distributed optimizer that gathers them
 FP8_PARAM_GATHER_NEEDS = "fp8_param_gather needs precision fp8 and the distributed optimizer"
+#: Megatron's unfused attention asserts one context-parallel rank (megatron/core/transformer/dot_product_attention.py)
+CP_NEEDS_FLASH = "context parallelism (cp > 1) needs flash attention: Megatron's unfused attention runs on cp 1 only"
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,12 @@ class Candidate(Layout):
 
     def switch_problems(self) -> list[str]:
         """Switches Megatron-LM refuses together."""
+        out = []
         if self.fp8_param_gather and not (self.precision == "fp8" and self.distributed_optimizer):
-            return [FP8_PARAM_GATHER_NEEDS]
-        return []
+            out.append(FP8_PARAM_GATHER_NEEDS)
+        if self.cp > 1 and not self.flash_attention:
+            out.append(CP_NEEDS_FLASH)
+        return out
 
     def problems(self, model: ModelSpec) -> list[str]:
         """Why this layout cannot run the model (the switches, the spec's rules, interleaving's, context

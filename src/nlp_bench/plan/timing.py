@@ -12,8 +12,8 @@ Per micro-batch and pipeline stage (L/pp layers, on one device):
         Background User's Guide": tile quantisation and arithmetic intensity; Megatron-LM's README: "larger
         GEMMs have higher arithmetic intensity"); `gemm` (the asymptote) and `gemm_half` (the side at which
         half of it is reached) are fitted on the validation corpus. With flash attention on a device whose
-        fused causal kernel was measured (System.attention_rate), the attention core runs at that rate
-        times `gemm` instead; unfused attention's batched GEMMs run on the curve at their own smallest
+        fused causal kernel was measured (System.attention_rate), the attention core takes the time the
+        kernel was measured to take, over `gemm`, instead; unfused attention's batched GEMMs run on the curve at their own smallest
         side, the head dimension (_attention_core). `matmul` is the rate a large GEMM was
         measured to reach on the device (System.matmul_rate; FP8's for the linear layers of an FP8 run), not
         the datasheet peak: devices fall short of their peaks by different amounts, so only a rate measured
@@ -151,8 +151,8 @@ def _logits_flops(model: ModelSpec, vocab_padded: int, sequences: float) -> floa
 def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
     """FLOPs one iteration executes: Megatron's model FLOPs plus what recompute repeats. Full recompute runs
     the transformer layers' forward again, not the output layer's (it lies outside the checkpointed layers;
-    Narayanan et al.'s count charges it once too). Megatron's count halves the causal attention core (a fused
-    kernel skips the masked blocks); unfused attention (baddbmm, the masked softmax, bmm with the values)
+    Narayanan et al.'s count charges it once too). Megatron's count halves the causal attention core (only half
+    of the scores are used; a fused kernel skips the masked blocks); unfused attention (baddbmm, the masked softmax, bmm with the values)
     multiplies the whole score matrix, the masked half too (Narayanan et al.'s count charges it whole)."""
     shape = model.flops_shape(c.global_batch_size, vocab_padded)
     b, s, h, n = c.global_batch_size, model.seq_length, model.hidden_size, model.num_layers
@@ -375,7 +375,9 @@ def _attention_core(model: ModelSpec, c: Candidate, system: System, core_flops: 
     """Flash attention's core at the rate the device was measured to run a fused causal kernel at; each rank
     of a cp group runs it over its own s/cp tokens. The rates count the whole score matrix (System.attention_rate)
     where the planner's FLOPs count the half a causal kernel computes, so on the planner's count a kernel runs
-    at half the rate. Without a measurement, flash attention's core is timed as GEMMs of the layer's side.
+    at half the rate. The table's rates are for head dimension 128 and serve every head dimension (a kernel
+    runs 10-11% slower at 64 in FlashAttention-2's own A100 figure). Without a measurement, flash attention's
+    core is timed as GEMMs of the layer's side.
     Unfused attention multiplies batched GEMMs whose smallest side is the head dimension (scores: s x d by
     d x s; their product with the values: s x s by s x d), timed on the curve at that side."""
     if not c.flash_attention:

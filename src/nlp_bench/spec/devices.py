@@ -63,7 +63,8 @@ _H200_ATTENTION = ((2048, 663.3), (4096, 826.8), (8192, 908.4), (16384, 902.3), 
 #: assets/flash2_a100_fwd_bwd_benchmark.png): FlashAttention-2 on an A100 80GB SXM4, fp16, causal, head dimension
 #: 128, 16 heads, 16k tokens a measurement, forward and backward. The figure counts 3.5 times a forward of half
 #: the score matrix (7·b·s²·h), so its figures are scaled by 12/7 to the whole matrix's count. The A100 40GB has
-#: the same SMs: attention runs from on-chip memory, so it is taken at the same rates.
+#: the same SMs: attention runs from on-chip memory, so it is taken at the same rates. Like the H100's and
+#: H200's, these are head dimension 128's rates; the planner uses them at every head dimension.
 _A100_ATTENTION = tuple((seq, round(rate * 12 / 7, 1)) for seq, rate in
                         ((512, 99), (1024, 133), (2048, 155), (4096, 173), (8192, 182), (16384, 189)))
 _A100_MEASURED = ("H. He, 'Strangely, matrix multiplications on GPUs run faster when given predictable data' "
