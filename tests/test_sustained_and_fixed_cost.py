@@ -137,7 +137,7 @@ def _measured_layers():
 def test_the_planners_layer_time_meets_the_h200s_measured_layers():
     """A check on data the fit never saw: the corpus's constants (fitted on A100- and H100-era publications)
     and the h200-8 profile time one layer's forward and backward within 4% of the H200's eager layers from
-    1024 tokens up, and 11-12% short at 512, where the layer's fixed cost, which the planner does not charge,
+    1024 tokens up, and 10-11% short at 512, where the layer's fixed cost, which the planner does not charge,
     weighs most. The bounds are this run's errors with a point of room: a guard against the model drifting
     from a measurement, not a goal."""
     from dataclasses import replace
