@@ -221,6 +221,21 @@ def test_attention_rates_measures_each_backend_that_runs_and_skips_the_others(tm
     assert "backends are" in capsys.readouterr().err
 
 
+def test_a_gpu_script_that_cannot_write_its_json_says_so_in_one_line(tmp_path, capsys):
+    """--json into a missing folder ended in a traceback after the measurement; now one line naming the path,
+    exit 2 (the figures were printed first). A sequence that is not a whole number is refused by argparse."""
+    module = _attention_script()
+    target = tmp_path / "missing" / "attention.json"
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--device", "cpu", "--seq", "64", "--tokens", "64", "--heads", "2", "--groups", "1",
+                     "--head-dim", "8", "--backends", "math", "--repeats", "1", "--json", str(target)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"{target}: cannot write the JSON")
+    with pytest.raises(SystemExit) as refused:
+        module.main(["--device", "cpu", "--seq", "0"])
+    assert refused.value.code == 2 and "not a whole number above 0" in capsys.readouterr().err
+
+
 def test_the_context_ring_hides_behind_the_fused_core_as_fast_as_that_runs():
     system = load_system("h100-8")
     model = get_model("llama3-8b")

@@ -25,14 +25,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_rates import positive_ints  # noqa: E402
 from gputime import median_seconds, save_json  # noqa: E402
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
 
 
 def whole_matrix_flops(batch: int, seq: int, heads: int, head_dim: int) -> float:
@@ -62,7 +59,7 @@ def measure(backend: str, batch: int, seq: int, heads: int, groups: int, head_di
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--seq", type=_ints, default=[4096, 8192, 16384])
+    ap.add_argument("--seq", type=positive_ints, default=[4096, 8192, 16384])
     ap.add_argument("--tokens", type=int, default=16384, help="tokens per measurement: batch = tokens / seq")
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--groups", type=int, default=8)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -70,7 +71,14 @@ def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int)
 
 
 def save_json(path: str | None, data: dict) -> None:
-    """Write a script's findings where --json asked for them (nowhere when it did not)."""
-    if path:
+    """Write a script's findings where --json asked for them (nowhere when it did not); a path that cannot be
+    written (a missing or read-only folder, a full disk) ends the script with one line and exit status 2,
+    after its figures were printed."""
+    if not path:
+        return
+    try:
         with open(path, "w") as fh:
             json.dump(data, fh, indent=1)
+    except OSError as exc:
+        print(f"{path}: cannot write the JSON: {exc.strerror or exc}", file=sys.stderr)
+        raise SystemExit(2) from None
