@@ -1,5 +1,6 @@
 """Checkpoints: exact resume, a different data-parallel size, clear errors, and saving on a signal."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,10 +18,10 @@ MODEL = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4
          "--distributed-backend", "gloo", "--seed", "7", "--global-batch-size", "8", "--train-iters", "10"]
 
 
-def train(nproc: int, *flags: str, ok: bool = True) -> subprocess.CompletedProcess:
+def train(nproc: int, *flags: str, ok: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                            str(nproc), "-m", "nlp_bench.train", *MODEL, *flags],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     if ok:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
@@ -108,3 +109,17 @@ def test_loading_a_finished_run_trains_nothing_and_says_so(tmp_path):
     again = train(1, "--micro-batch-size", "8", "--train-iters", "2", "--load", str(tmp_path))
     assert "resumed from" in again.stdout and "finished at iteration 2 of 2" in again.stdout
     assert not parse_text(again.stdout)
+
+
+def test_the_xla_paths_device_side_optimizer_resumes_exactly(tmp_path):
+    """On xla the update is DeviceAdamW's (its moments and step count saved and loaded apart from torch's
+    AdamW); the CPU stand-in runs that code with the distributed optimizer over dp 2."""
+    env = {**os.environ, "NLP_BENCH_XLA_CPU": "1"}
+    flags = ["--distributed-backend", "xla", "--micro-batch-size", "4", "--use-distributed-optimizer",
+             "--hidden-dropout", "0", "--attention-dropout", "0"]
+    whole = losses(train(2, *flags, env=env))
+    train(2, *flags, "--save", str(tmp_path), "--exit-interval", "4", env=env)
+    again = losses(train(2, *flags, "--load", str(tmp_path), env=env))
+    assert sorted(again) == [5, 6, 7, 8, 9, 10]
+    for i in range(5, 11):
+        assert abs(again[i] - whole[i]) <= 1e-6 * abs(whole[i]), (i, again[i], whole[i])

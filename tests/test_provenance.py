@@ -55,6 +55,29 @@ def test_baseline_comparison_within_noise_lists_nothing(bench, results):
     assert json.loads(before.stdout) == [found]
 
 
+NEURON_ENV = {**ENV, "PJRT_DEVICE": "NEURON", "NEURON_CC_FLAGS": "--model-type transformer",
+              "NEURON_RT_STOCHASTIC_ROUNDING_EN": "0", "XLA_IR_DEBUG": "0", "package.torch": "2.9.0",
+              "package.torch-xla": "2.9.0", "package.torch-neuronx": "2.9.0.2.11.0", "package.neuronx-cc": "2.21.0"}
+
+
+def test_result_provenance_keeps_pjrt_neuron_xla_and_the_package_versions(bench, results):
+    """result.json carries what a Trainium job's provenance.env recorded: the PJRT_/NEURON_/XLA_ variables
+    under environment, the package.<name>=<version> lines as packages (not as variables); a later run with
+    another torch-xla names that change."""
+    base = _run(bench, results, STEADY, NEURON_ENV)
+    folder = next(p for p in (results / "nlp" / base).iterdir() if p.is_dir())
+    prov = analyse_point(folder, force=True)["provenance"]
+    env = prov["environment"]
+    assert env["PJRT_DEVICE"] == "NEURON" and env["NEURON_CC_FLAGS"] == "--model-type transformer"
+    assert env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] == "0" and env["XLA_IR_DEBUG"] == "0"
+    assert prov["packages"] == {"torch": "2.9.0", "torch-xla": "2.9.0", "torch-neuronx": "2.9.0.2.11.0",
+                                "neuronx-cc": "2.21.0"}
+    assert not any(name.startswith("package.") for name in env)
+    newer = _run(bench, results, [t * 1.10 for t in STEADY], {**NEURON_ENV, "package.torch-xla": "2.10.0"})
+    found, = json.loads(bench("result", "compare", "baseline", base, newer, "--format", "json").output)
+    assert found["differences"] == ["package torch-xla: 2.9.0 -> 2.10.0"]
+
+
 def test_mfu_names_its_formula_and_peak(bench, results):
     _run(bench, results, STEADY, ENV)
     folder = next(p for p in next((results / "nlp").iterdir()).iterdir() if p.is_dir())
@@ -164,7 +187,7 @@ def test_interval_log_prints_energy_that_the_analysis_turns_into_joules_per_toke
     from nlp_bench.train.logline import IntervalLog
 
     nvml = FakeNVML(counter=True)
-    groups = SimpleNamespace(rank=0, world=1, is_last_stage=True, dp_group=None)
+    groups = SimpleNamespace(rank=0, world=1, is_last_stage=True, host_dp=None)
     board = BoardConfig(folder=None, queue_size=1, timers=False, batch_size=False, validation_ppl=False)
     log = IntervalLog(groups, 8, 128, 1e12, board, energy=True, meter=EnergyMeter(nvml))
     for iteration in (10, 20, 30):

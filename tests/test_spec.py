@@ -233,3 +233,13 @@ def test_a_path_that_cannot_be_read_is_one_line_with_the_reason(tmp_path, monkey
             patch.setattr(os, "open", refuse)
             with pytest.raises(SpecError, match=rf"g.yaml: cannot read the grid file: {os.strerror(code)}$"):
                 load_yaml(readable, "grid")
+
+
+def test_a_tag_whose_layout_does_not_fit_the_system_says_its_batch_is_undefined_there(bench):
+    """smoke lays out tp 2 on one node; on a one-device system its global batch (dp x mbs x gas) has no dp. This
+    was `gas must be a positive integer, got 0`."""
+    result = bench("run", "--tag", "smoke", "--system", "local-gpu", "--tp", "1", "--dry-run")
+    assert result.exit_code == 2
+    assert ("tag 'smoke': its layout (tp 2 x pp 1 on 1 node(s) of 1 devices) does not fit system 'local-gpu', so "
+            "its global batch is not defined there: give --gas or --global-batch-size") in result.output
+    assert bench("run", "--tag", "smoke", "--system", "local-gpu", "--tp", "1", "--gas", "2", "--dry-run").exit_code == 0

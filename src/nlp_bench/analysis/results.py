@@ -25,7 +25,7 @@ RESULT_COLUMNS = [
     "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
     "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
     "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "state", "failure_class", "run",
-    "point", "trainer", "trainer_version", "Joules/token", "Report_kWh",
+    "point", "trainer", "trainer_version", "Joules/token", "Report_kWh", "XLA_Graphs/step", "XLA_Compiles",
 ]
 
 
@@ -88,6 +88,7 @@ def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None 
         "steady": metrics.steady_summary(records, seq_length)[1] if records else None,
         "energy": _energy(point, records, log_tail, folder),
         "provenance": provenance(folder, log_tail),
+        "xla": xla_counts(log_tail),
         "records": [r.to_dict() for r in records],
     }
     try:
@@ -138,13 +139,36 @@ def _energy(point: PointRecord, records: list, log_text: str, folder: PointDir) 
     return found
 
 
+_XLA_COUNTS = re.compile(
+    r"nlp-bench trainer: xla: (\d+) graph executions, (\d+) compiles \(([\d.]+) s\), (\d+) transfers to the host in all"
+    r"(?:; per step that compiled nothing \((\d+) of (\d+) steps\): at most (\d+) graph executions and (\d+) transfers)?")
+
+
+def xla_counts(log_text: str) -> dict[str, Any] | None:
+    """What the xla trainer's graphs cost, as torch-xla's metrics counted them (the trainer's closing line):
+    totals, and per step among the steps that compiled nothing; None for a run that is not on xla or has not
+    finished."""
+    found = _XLA_COUNTS.search(log_text)
+    if found is None:
+        return None
+    executions, compiles, compile_s, transfers, steady, steps, per_step, transfers_per_step = found.groups()
+    return {"graph_executions": int(executions), "compiles": int(compiles), "compile_s": float(compile_s),
+            "transfers_to_host": int(transfers), "steps": int(steps) if steps else None,
+            "steps_without_compile": int(steady) if steady else 0,
+            "graph_executions_per_step": int(per_step) if per_step else None,
+            "transfers_per_step": int(transfers_per_step) if transfers_per_step else None,
+            "source": "torch_xla.debug.metrics (ExecuteTime, CompileTime, TransferFromDeviceTime samples); per "
+                      "step: the most in any step that compiled nothing"}
+
+
 _LIBRARIES = re.compile(r"nlp-bench trainer: torch (\S+?),?(?: \(CUDA (\S+), NCCL ([^)]+)\))?, backend")
 
 
 def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
     """Where a number comes from: the commit that rendered the jobscript, the sha256 of the script as it was
     submitted (hashed then, not now: the file may have been edited since), the nodes, the library versions
-    the trainer reported and the environment that shapes performance."""
+    the trainer reported, the Python packages the job found (torch-xla and the Neuron packages among them) and
+    the environment that shapes performance."""
     try:
         run = Run(folder.path.parent).record()
         commit = run.versions.get("git_commit")
@@ -166,6 +190,7 @@ def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
         "torch": libraries.group(1) if libraries else None,
         "cuda": libraries.group(2) if libraries else None,
         "nccl": libraries.group(3) if libraries else None,
+        "packages": folder.packages(),
         "environment": environment,
     }
     made = folder.point().megatron_lm
@@ -212,6 +237,8 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "failure_class": attempt.failure_class if attempt else None,
         "run": run_id, "point": point.id, "trainer": point.trainer,
         "trainer_version": _trainer_version(point, folder, version), "model": point.model["name"],
+        "XLA_Graphs/step": (result.get("xla") or {}).get("graph_executions_per_step"),
+        "XLA_Compiles": (result.get("xla") or {}).get("compiles"),
     }
 
 

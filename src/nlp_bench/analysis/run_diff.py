@@ -100,6 +100,10 @@ def provenance_differences(current: PointRun, baseline: PointRun) -> list[str]:
     for key in ("torch", "cuda", "nccl", "git_commit", "nodelist"):
         if prov_a.get(key) != prov_b.get(key):
             found.append(f"{key}: {prov_b.get(key)} -> {prov_a.get(key)}")
+    pkg_a, pkg_b = prov_a.get("packages") or {}, prov_b.get("packages") or {}
+    for name in sorted(set(pkg_a) | set(pkg_b)):
+        if pkg_a.get(name) != pkg_b.get(name):
+            found.append(f"package {name}: {pkg_b.get(name, '(absent)')} -> {pkg_a.get(name, '(absent)')}")
     env_a, env_b = prov_a.get("environment") or {}, prov_b.get("environment") or {}
     for name in sorted((set(env_a) | set(env_b)) - _VOLATILE):
         if env_a.get(name) != env_b.get(name):

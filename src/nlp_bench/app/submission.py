@@ -78,6 +78,7 @@ def _software(folder: Path, point: dict[str, Any]) -> dict[str, Any]:
             "megatron_lm_commit": environment.get("MEGATRON_LM_COMMIT"),
             "megatron_lm_version": environment.get("MEGATRON_LM_VERSION"),
             "megatron_lm_made_for": (point.get("megatron_lm") or {}).get("version"),
+            "packages": {**(found.get("packages") or {}), **PointDir(folder).packages()},
             "nodelist": found.get("nodelist"), "jobscript_sha256": found.get("jobscript_sha256")}
 
 

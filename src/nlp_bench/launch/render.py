@@ -14,12 +14,16 @@ from nlp_bench.spec.benchmark import Point
 from nlp_bench.spec.systems import System
 from nlp_bench.spec.trainers import MEGATRON_LM
 from nlp_bench.store import protocol
-from nlp_bench.store.names import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT, TRAIN_ARGS_FILE
+from nlp_bench.store.names import COMPILE_ERR, COMPILE_OUT, JOB_ERR, JOB_OUT, PROVENANCE_PACKAGE, TRAIN_ARGS_FILE
 
 TEMPLATE = "jobscript.sbatch.j2"
 #: Seconds without a new iteration line after which a job's watchdog ends it. Generous: a 175B start-up
 #: (data index, first pipeline fill) or a checkpoint save takes minutes, and a false alarm costs a rerun.
 HANG_TIMEOUT_S = 1800
+#: The Python packages whose versions a job records in provenance.env, those its python has: the framework,
+#: torch-xla and the Neuron stack (its PJRT plugin, compiler, NxD libraries), and what GPU runs add to torch.
+PROVENANCE_PACKAGES = ("torch", "torch-xla", "torch-neuronx", "libneuronxla", "neuronx-cc", "neuronx-distributed",
+                       "neuronx-distributed-training", "triton", "transformer-engine")
 
 
 @functools.lru_cache(maxsize=4)
@@ -104,7 +108,9 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
         out_name=COMPILE_OUT if compile_job else JOB_OUT, err_name=COMPILE_ERR if compile_job else JOB_ERR,
         # the command is a site setting; NLP_BENCH_COMPILE_COMMAND replaces it at submission (a stand-in, say)
         launch_prefix=f'${{NLP_BENCH_COMPILE_COMMAND:-{point.system.compile_command}}} ' if compile_job else "",
-        hang_timeout_s=0 if compile_job else HANG_TIMEOUT_S if hang_timeout_s is None else int(hang_timeout_s))
+        hang_timeout_s=0 if compile_job else HANG_TIMEOUT_S if hang_timeout_s is None else int(hang_timeout_s),
+        neuron_cc_flags=shell_value(point.system.neuron_cc_flags), packages=" ".join(PROVENANCE_PACKAGES),
+        package_prefix=PROVENANCE_PACKAGE)
 
 
 def render_compile_script(point: Point) -> str | None:

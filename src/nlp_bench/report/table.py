@@ -24,8 +24,11 @@ _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2,
 #: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one.
 PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Tokens/sec", "time_to_report_in_seconds",
             "Avg_TFLOPs/GPU", "Batch_Size", "Iterations", "system", "JobID", "Job_Time", "queue", "version",
-            "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec")
+            "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec", "XLA_Graphs/step",
+            "XLA_Compiles")
 _PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
+#: what torch-xla's graphs cost (result.json's "xla"), shown where some row ran on xla
+_XLA = ("XLA_Graphs/step", "XLA_Compiles")
 #: the columns that tell rows apart: those whose values differ between the rows shown go before all others
 _IDENTITY = ("system", "trainer", "Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "DP", "MBS", "GAS",
              "Batch_Size", "state", "run")
@@ -122,11 +125,12 @@ def fit_columns(rows: list[dict[str, Any]], width: int | None) -> ColumnChoice:
     """The default columns that fit `width` (None: no limit): first those of _IDENTITY whose values differ
     between the rows (else the point, where rows would look alike), then by PRIORITY (a column too wide for
     what is left gives way to narrower ones after it); shown in the published order."""
-    predicted = any(row.get(_PREDICTED[0]) is not None for row in rows)
+    hidden = {*(() if any(row.get(_PREDICTED[0]) is not None for row in rows) else _PREDICTED),
+              *(() if any(row.get(_XLA[1]) is not None for row in rows) else _XLA)}
     differ = [c for c in _IDENTITY if len({format_cell(c, row.get(c)) for row in rows}) > 1]
     if len(rows) > 1 and not differ:
         differ = ["point"]
-    wanted = [*differ, *(c for c in PRIORITY if (predicted or c not in _PREDICTED) and c not in differ)]
+    wanted = [*differ, *(c for c in PRIORITY if c not in hidden and c not in differ)]
     kept, used = [], EDGE
     for column in wanted:
         need = _content_width(rows, column) + CELL_EXTRA

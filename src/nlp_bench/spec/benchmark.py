@@ -13,6 +13,7 @@ from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, BatchChoice, check_rule, choose
 from nlp_bench.spec.layout import Layout, data_parallel_size, validate
 from nlp_bench.spec.models import ARCHITECTURE_FLAGS, ModelSpec, check_field, get_model, pad_vocab
+from nlp_bench.spec.switches import PRECISION_FLAGS, precision_of
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
 from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
@@ -72,6 +73,9 @@ class Point:
     #: why the point's trainer cannot run it here, where its tag asks for it anyway (a layout of another
     #: framework's, kept for planning and rendering); None for a point that runs
     unrunnable: str | None = None
+    #: the precision the tag asked for where the system's profile replaced it (System.precision); None where
+    #: the point trains in the tag's own precision
+    replaced_precision: str | None = None
 
     @property
     def id(self) -> str:
@@ -85,6 +89,14 @@ class Point:
         if self.trainer == MEGATRON_LM:
             return {**self.system.env, **self.system.megatron_lm_env}
         return self.system.env
+
+    @property
+    def precision_note(self) -> str | None:
+        """One sentence saying that the system's profile, not the tag, chose the precision; None where the tag did."""
+        if self.replaced_precision is None:
+            return None
+        return (f"{self.system.precision}, the precision system {self.system.name} trains in (its profile's "
+                f"`precision`), in place of the tag's {self.replaced_precision}")
 
     @property
     def vocab_padded(self) -> int:
@@ -111,6 +123,7 @@ class Point:
             "sbatch": self.sbatch,
             **({"megatron_lm": self.megatron_lm} if self.megatron_lm is not None else {}),
             **({"unrunnable": self.unrunnable} if self.unrunnable else {}),
+            **({"precision_note": self.precision_note} if self.replaced_precision else {}),
         }
 
 
@@ -152,6 +165,11 @@ class Benchmark:
                             own.get("mbs", 1), own.get("gas", 1))
         chosen = None
         if all(isinstance(v, int) and v >= 1 for v in sizes) and (sizes[0] * sizes[1]) % (sizes[2] * sizes[3]) == 0:
+            if tag_layout.global_batch_size < 1 and layout.get("gas") is None and global_batch_size is None:
+                raise LayoutError(f"{where}: its layout (tp {tag_layout.tp} x pp {tag_layout.pp} on {tag_layout.nodes} "
+                                  f"node(s) of {sys_.devices_per_node} devices) does not fit system {sys_.name!r}, so "
+                                  "its global batch is not defined there: give --gas or --global-batch-size, or a "
+                                  f"layout for {sys_.name!r} in the tag's `systems` block")
             chosen = choose(check_rule(batch), tag_layout.global_batch_size, tag_layout.gas,
                             data_parallel_size(sizes[0] * sizes[1], sizes[2], sizes[3]), sizes[4],
                             gas=layout.get("gas"), global_batch_size=global_batch_size)
@@ -176,12 +194,33 @@ class Benchmark:
             raise SpecError(f"{where}: train may not set {', '.join(sorted(clash))}: the model says them (set the "
                             f"model's fields in model_overrides, e.g. position_embedding_type: rope)")
         flags = {**model_flags(model_spec, flags), **flags}
+        flags, replaced = _system_precision(sys_, flags, train or {}, where)
         trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
         # a Megatron-LM point's flags are checked once the checkout it will run is known (spec.megatron.target)
         return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
-                     rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable)
+                     rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable, replaced_precision=replaced)
+
+
+def _system_precision(system: System, flags: dict[str, Any], asked: dict[str, Any],
+                      where: str) -> tuple[dict[str, Any], str | None]:
+    """`flags` with the precision flags of the system's profile, where it names one (Neuron trains in bf16 with
+    fp32 master weights; a tag's fp16 or fp32 would be another training there), and the precision the tag
+    asked for where it was another. A caller's explicit other precision (a sweep's precision axis) is refused
+    as a layout rule of the system, so that a sweep drops that point instead of renaming it."""
+    want = system.precision
+    if want is None:
+        return flags, None
+    had = precision_of(flags)
+    if had == want:
+        return flags, None
+    if any(flag in asked for flag in PRECISION_FLAGS):
+        raise LayoutError(f"{where}: system {system.name!r} trains in {want} (its profile's precision), not {had}")
+    out = {k: v for k, v in flags.items() if k not in PRECISION_FLAGS}
+    if want != "fp32":
+        out[want] = True
+    return out, had
 
 
 def known_benchmarks() -> list[str]:

@@ -74,6 +74,12 @@ class Switches:
         return self.recompute != "none"
 
 
+#: torch-xla's old precision switches: they store every fp32 tensor (master weights, Adam moments) as bf16 behind
+#: a float32 dtype. Neuron ended their support after release 2.24 and says not to mix them with bf16 models;
+#: profiles and the trainer refuse them (`--bf16` trains in bf16 with fp32 master weights).
+DOWNCAST_VARIABLES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
+
+
 def precision_of(flags: Mapping[str, Any]) -> str:
     """fp32 unless --bf16 or --fp16 is on; both at once is refused (a SpecError naming them)."""
     on = [p for p in PRECISION_FLAGS if flags.get(p)]
@@ -103,14 +109,11 @@ def _recompute(get) -> tuple[str, str | None, int | None]:
     return granularity, method or "uniform", int(layers or 1)
 
 
-def decode(flags: Mapping[str, Any], *, xla_use_bf16: bool = False) -> Switches:
-    """The settings `flags` choose. `xla_use_bf16`: the Neuron examples' XLA_USE_BF16=1, which means bf16 as
-    --bf16 does unless --fp16 is given. A contradiction (both precisions, recompute details without full
+def decode(flags: Mapping[str, Any]) -> Switches:
+    """The settings `flags` choose. A contradiction (both precisions, recompute details without full
     recompute) is a SpecError."""
     get = flags.get
     precision = precision_of(flags)
-    if precision == "fp32" and xla_use_bf16:
-        precision = "bf16"
     recompute, method, layers = _recompute(get)
     per_stage = get("num-layers-per-virtual-pipeline-stage")
     return Switches(

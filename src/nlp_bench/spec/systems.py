@@ -12,6 +12,7 @@ from typing import Any
 
 from nlp_bench.errors import SpecError, unknown
 from nlp_bench.paths import slurm_dir
+from nlp_bench.spec.switches import DOWNCAST_VARIABLES, PRECISIONS
 from nlp_bench.spec.trainers import BUILTIN, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
@@ -21,6 +22,7 @@ _KEYS = {
     "master_port", "data_dir", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
     "sources", "compile_command", "compile_cache", "compile_iters", "trainer", "megatron_lm_repo", "megatron_lm_env",
     "megatron_lm_train", "detected", "peak_precision", "peak_fp8_tflops", "matmul_tflops", "matmul_fp8_tflops",
+    "precision", "neuron_cc_flags",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
 
@@ -59,6 +61,12 @@ class System:
     compile_command: str = ""  # e.g. neuron_parallel_compile; empty: no compile job
     compile_cache: str = ""  # the persistent compiled-graph cache both jobs use
     compile_iters: int = 10  # iterations of the compile job's trial run
+    # the precision training runs in on this device, whatever precision a tag asks for (spec.benchmark applies
+    # it where a tag meets the system, so point.json, the planner and the jobscript agree); None: the tag's
+    precision: str | None = None
+    # the Neuron compiler's flags, exported as NEURON_CC_FLAGS by both the compile job and the run job (the
+    # compile cache is keyed on them, so the two must agree); empty: not exported
+    neuron_cc_flags: str = ""
     max_nodes: int | None = None
     sbatch: dict[str, Any] = field(default_factory=dict)
     env_setup: list[str] = field(default_factory=list)
@@ -156,6 +164,15 @@ def _check_site_values(data: dict[str, Any], path: Path) -> None:
         for key in data.get(block) or {}:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
                 raise SpecError(f"{path}: {block} name {key!r} is not a shell variable name")
+            if key in DOWNCAST_VARIABLES:  # a profile's `precision: bf16` says it instead
+                raise SpecError(f"{path}: {block} sets {key}, which Neuron no longer supports and torch-xla still "
+                                f"honours by storing every fp32 tensor (master weights, Adam moments) as bf16; remove "
+                                f"it and set `precision: bf16` (bf16 training with fp32 master weights)")
+    flags = data.get("neuron_cc_flags") or ""
+    if not isinstance(flags, str) or not flags.isprintable():
+        raise SpecError(f"{path}: neuron_cc_flags must be one printable line of compiler flags, got {flags!r}")
+    if flags and "NEURON_CC_FLAGS" in (data.get("env") or {}):
+        raise SpecError(f"{path}: NEURON_CC_FLAGS is set twice (neuron_cc_flags and env); keep neuron_cc_flags")
     for key in data.get("megatron_lm_train") or {}:
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(key)):
             raise SpecError(f"{path}: megatron_lm_train: {key!r} is not a Megatron flag name")
@@ -215,6 +232,8 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         raise SpecError(f"{path}: executor must be slurm or local, got {data['executor']!r}")
     if data.get("peak_precision", "bf16") not in ("bf16", "fp16", "fp32", "fp8"):
         raise SpecError(f"{path}: peak_precision must be bf16, fp16, fp32 or fp8, got {data['peak_precision']!r}")
+    if data.get("precision") is not None and data["precision"] not in PRECISIONS:
+        raise SpecError(f"{path}: precision must be one of {', '.join(PRECISIONS)}, got {data['precision']!r}")
     if data["backend"] not in ("nccl", "gloo", "xla"):
         raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
     for key in ("peak_tflops", "peak_fp8_tflops", "matmul_tflops", "matmul_fp8_tflops", "device_memory_gib",

@@ -15,6 +15,9 @@ OUTPUTS = {JOBSCRIPT: (JOB_OUT, JOB_ERR), COMPILE_SCRIPT: (COMPILE_OUT, COMPILE_
 SUBMITTED = "submitted"
 #: written by the jobscript at start: the environment that shapes performance
 PROVENANCE_ENV = "provenance.env"
+#: in provenance.env: a line `package.<name>=<version>` is a Python package's version the job found, not an
+#: environment variable (the dot keeps the two apart: no shell variable holds one)
+PROVENANCE_PACKAGE = "package."
 #: the trainer's arguments as the job ran them (after the shell expanded them), one per line
 TRAIN_ARGS_FILE = "train.args"
 #: the points a sweep dropped, one CSV row each (its parameters, the reason, the rule counted by)

@@ -22,6 +22,7 @@ from nlp_bench.store.names import (
     POINT_LOCK,
     PREDICTION_JSON,
     PROVENANCE_ENV,
+    PROVENANCE_PACKAGE,
     RESULT_JSON,
     STATE_JSON,
     STATE_LOCK,
@@ -88,14 +89,24 @@ class PointDir:
     def write_prediction(self, data: dict[str, Any]) -> None:
         write_object(self.path / PREDICTION_JSON, data, durable=False)
 
-    def environment(self) -> dict[str, str]:
-        """provenance.env, which the jobscript writes at start (NAME=value per line); empty before that."""
+    def _provenance_lines(self) -> dict[str, str]:
         try:
             text = (self.path / PROVENANCE_ENV).read_text(errors="replace")
         except OSError:
             return {}
         pairs = (line.partition("=") for line in text.splitlines())
         return {name: value for name, sep, value in pairs if sep}
+
+    def environment(self) -> dict[str, str]:
+        """provenance.env's environment variables, which the jobscript writes at start (NAME=value per line);
+        empty before that."""
+        return {k: v for k, v in self._provenance_lines().items() if not k.startswith(PROVENANCE_PACKAGE)}
+
+    def packages(self) -> dict[str, str]:
+        """The Python packages the job's python found at start, by name, with their versions (provenance.env's
+        package.<name>=<version> lines); empty before that, or where the job's python had none of them."""
+        return {k.removeprefix(PROVENANCE_PACKAGE): v for k, v in self._provenance_lines().items()
+                if k.startswith(PROVENANCE_PACKAGE)}
 
     # --- the parsed result --------------------------------------------------------------------------
 

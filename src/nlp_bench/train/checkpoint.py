@@ -48,8 +48,8 @@ def save(root: str, iteration: int, step: int, shape: dict[str, Any], groups: Pr
         _atomic_save({
             "iteration": iteration, "step": step, "shape": shape,
             "dp": groups.dp, "distributed_optimizer": optimizer.shards > 1, "model": stage.state_dict(),
-            "rng": {"cpu": torch.get_rng_state(), "tp_stream": rng._state.clone(),
-                    "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None},
+            "rng": {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+                    **rng.saved()},
         }, folder / "model_rng.pt")
     if optimizer.shards > 1 or groups.dp_rank == 0:
         _atomic_save(optimizer.state(), folder / f"optim_dp{groups.dp_rank:03d}.pt")
@@ -99,7 +99,7 @@ def load(root: str, shape: dict[str, Any], groups: ProcessGroups, stage: torch.n
         first = str(exc).splitlines()[1].strip() if "\n" in str(exc) else str(exc)
         raise UsageError(f"checkpoint {folder.parent} holds another model's weights: {first}") from None
     torch.set_rng_state(saved["rng"]["cpu"])
-    rng._state = saved["rng"]["tp_stream"]
+    rng.restore(saved["rng"])
     if saved["rng"]["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state(saved["rng"]["cuda"])
     files = sorted(folder.glob("optim_dp*.pt"))

@@ -7,17 +7,28 @@ in the forward pass is an all-reduce in the backward pass, and the other way rou
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
+
+#: torch-xla's own switch: an all-reduce on a group of one takes the multi-rank path. The trainer honours it
+#: for its sums too, so one process shows what every layout with world > 1 sends where.
+ALWAYS_ALL_REDUCE = "XLA_ALWAYS_ALLREDUCE"
 
 
 def size(group: dist.ProcessGroup | None) -> int:
     return 1 if group is None else dist.get_world_size(group)
 
 
+def _reduces(group: dist.ProcessGroup | None) -> bool:
+    """Whether a sum over `group` has to run (None: there is no such group)."""
+    return group is not None and (dist.get_world_size(group) > 1 or os.environ.get(ALWAYS_ALL_REDUCE) == "1")
+
+
 def all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None, op: str = "sum") -> torch.Tensor:
     """In-place all-reduce (sum or max); a no-op on a group of one."""
-    if size(group) > 1:
+    if _reduces(group):
         dist.all_reduce(tensor, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op], group=group)
     return tensor
 
@@ -141,7 +152,7 @@ def scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.
 
 def all_reduce_grads(tensors: list[torch.Tensor], group: dist.ProcessGroup | None) -> None:
     """Sum gradients of replicated parameters over a group (sequence-parallel norms, tied embeddings)."""
-    if size(group) == 1 or not tensors:
+    if not _reduces(group) or not tensors:
         return
     flat = torch.cat([t.reshape(-1) for t in tensors])
     dist.all_reduce(flat, group=group)
@@ -208,9 +219,14 @@ def send_recv(send_next: torch.Tensor | None, send_prev: torch.Tensor | None, re
 _ACTIVATION, _GRADIENT = 1, 2
 
 
-def any_true(flag: bool, group: dist.ProcessGroup | None = None) -> bool:
-    """True on every rank if it is true on any rank of the group (inf/NaN checks)."""
+def any_true(flag: bool, group: dist.ProcessGroup) -> bool:
+    """True on every rank if it is true on any rank of `group`, a group for host numbers (ProcessGroups.host)."""
     t = torch.tensor([1.0 if flag else 0.0])
-    if dist.is_initialized() and dist.get_world_size(group) > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    all_reduce(t, group, "max")
     return bool(t.item())
+
+
+def any_on_device(flag: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """`flag` (1.0 or 0.0, on the device) made 1.0 on every rank if it is 1.0 on any rank of `group`, without
+    reading it on the host: the step's graph carries it to the update."""
+    return all_reduce(flag.float().reshape(1), group, "max")

@@ -8,7 +8,6 @@ and the rules check; the layout's rules and dp come from spec.layout.
 
 from __future__ import annotations
 
-import os
 from argparse import Namespace
 from dataclasses import dataclass
 from typing import Any
@@ -198,9 +197,8 @@ def _model(args: Namespace, on: Switches, tp: int) -> GPTConfig:
 
 def build_config(args: Namespace, world: int) -> TrainConfig:
     """The whole tree, or a UsageError for a flag combination that cannot run."""
-    xla_bf16 = args.distributed_backend == "xla" and os.environ.get("XLA_USE_BF16") == "1"
     try:
-        on = decode(flag_values(args), xla_use_bf16=xla_bf16)
+        on = decode(flag_values(args))
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     parallel, batch = _layout(args, on, world)

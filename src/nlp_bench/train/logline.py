@@ -81,7 +81,7 @@ class IntervalLog:
 
         seconds = (self._clock() - self.started) / max(self.iterations, 1)
         sums = torch.tensor([self.loss, float(self.counted)], dtype=torch.float64)
-        collectives.all_reduce(sums, self.groups.dp_group)
+        collectives.all_reduce(sums, self.groups.host_dp)
         energy_j = self._energy() if self.energy else None
         if self.groups.rank == self.groups.world - 1:
             loss = sums[0].item() / max(sums[1].item(), 1.0)

@@ -9,10 +9,12 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from nlp_bench import kernels
 from nlp_bench.train import collectives
+from nlp_bench.train.device_adam import DeviceAdamW
 from nlp_bench.train.grad_buffer import GradBuffer
 
 
@@ -46,16 +48,19 @@ class LossScaler:
 
 class FlatAdam:
     """A fused AdamW (nlp_bench.kernels' on a GPU, else torch's) on views of the master shard: matrices
-    decay, biases and norms do not."""
+    decay, biases and norms do not. `on_device` (xla): the inf check, the norm and the clipping stay on the
+    device and the update is DeviceAdamW's, so the whole step is one graph; `step` then returns tensors that
+    the trainer reads after the step ran, and hands the flag back to `update_scale`."""
 
     def __init__(self, buffer: GradBuffer, *, betas: tuple[float, float], eps: float, weight_decay: float,
-                 clip_grad: float, scaler: LossScaler | None) -> None:
+                 clip_grad: float, scaler: LossScaler | None, on_device: bool = False) -> None:
         self.buffer, self.scaler, self.clip_grad = buffer, scaler, clip_grad
         lo = buffer.range.start
         # fp32: the master shard is the parameters' own memory; bf16/fp16: a shard of the fp32 copy
         self.master = buffer.weights[buffer.range]
         by_decay: dict[float, list[nn.Parameter]] = {weight_decay: [], 0.0: []}
         self._views: list[tuple[nn.Parameter, int, int]] = []  # (view, start, end) within the shard
+        decayed: list[tuple[int, int]] = []
         for p, start in zip(buffer.params, buffer.offsets, strict=True):
             a, b = max(start, lo), min(start + p.numel(), lo + buffer.shard_size)
             if b > a:
@@ -63,11 +68,16 @@ class FlatAdam:
                 view.grad = buffer.grad_shard[a - lo:b - lo]
                 by_decay[weight_decay if p.ndim >= 2 else 0.0].append(view)
                 self._views.append((view, a - lo, b - lo))
+                if p.ndim >= 2:
+                    decayed.append((a - lo, b - lo))
         param_groups = [{"params": v, "weight_decay": wd} for wd, v in by_decay.items() if v]
-        if kernels.select.runs_triton("adam", self.master):
+        self.on_device = None
+        if on_device:
+            self.on_device = DeviceAdamW(self.master, buffer.grad_shard, decayed, betas=betas, eps=eps,
+                                         weight_decay=weight_decay)
+        elif kernels.select.runs_triton("adam", self.master):
             self.adam = kernels.FusedAdam(param_groups, lr=0.0, betas=betas, eps=eps, use_triton=True)
         else:
-            # torch's fused kernel exists for CPU and CUDA; an xla device gets the plain loop
             self.adam = torch.optim.AdamW(param_groups, lr=0.0, betas=betas, eps=eps,
                                           fused=self.master.device.type in ("cpu", "cuda") or None)
 
@@ -79,26 +89,27 @@ class FlatAdam:
     def shards(self) -> int:
         return self.buffer.shards
 
-    def _norm(self) -> float:
+    def _norm_squared(self, g: torch.Tensor) -> torch.Tensor:
+        """The square of the global gradient norm, summed over the groups that split the gradients."""
         buffer, groups = self.buffer, self.buffer.groups
-        g = buffer.grad_shard if buffer.counted is None else buffer.grad_shard[buffer.counted]
-        sq = torch.linalg.vector_norm(g).double().square().reshape(1)
+        sq = torch.linalg.vector_norm(g).square().reshape(1)
         if buffer.shards > 1:
             collectives.all_reduce(sq, groups.dp_group)
         collectives.all_reduce(sq, groups.tp_group)
         collectives.all_reduce(sq, groups.pp_group)
-        return math.sqrt(sq.item())
+        return sq
 
-    def step(self, lr: float) -> tuple[bool, float]:
+    def step(self, lr: float) -> tuple[bool, float] | tuple[torch.Tensor, torch.Tensor]:
         """Reduce, unscale, check, clip and update; returns (skipped, grad norm)."""
         self.buffer.reduce(self.loss_scale)
-        grads = self.buffer.grad_shard
-        found_inf = collectives.any_true(not bool(torch.isfinite(grads).all()))
-        if self.scaler is not None:
-            self.scaler.update(found_inf)
+        if self.on_device is not None:
+            return self._step_on_device(lr)
+        grads, buffer = self.buffer.grad_shard, self.buffer
+        found_inf = collectives.any_true(not bool(torch.isfinite(grads).all()), buffer.groups.host)
         if found_inf:
             return True, float("nan")
-        norm = self._norm()
+        g = grads if buffer.counted is None else grads[buffer.counted]
+        norm = math.sqrt(self._norm_squared(g.double()).item())
         if self.clip_grad > 0 and norm > self.clip_grad:
             grads.mul_(self.clip_grad / (norm + 1e-6))
         for group in self.adam.param_groups:
@@ -107,9 +118,32 @@ class FlatAdam:
         self.buffer.write_back(self.master)
         return False, norm
 
+    def _step_on_device(self, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same step with no host read: (1.0 where skipped, the norm), both on the device. fp32 throughout,
+        as Neuron has no fp64."""
+        grads, buffer = self.buffer.grad_shard, self.buffer
+        skipped = collectives.any_on_device(~torch.isfinite(grads).all(), dist.group.WORLD)
+        g = grads if buffer.counted is None else torch.where(buffer.counted, grads, torch.zeros_like(grads))
+        norm = self._norm_squared(g).sqrt()
+        if self.clip_grad > 0:  # Megatron's rule: multiply by clip / (norm + 1e-6) where that is below 1
+            grads.mul_((self.clip_grad / (norm + 1e-6)).clamp(max=1.0))
+        self.on_device.step(lr, 1.0 - skipped)
+        self.buffer.write_back(self.master)
+        return skipped.reshape(()), norm.reshape(())
+
+    def update_scale(self, skipped: bool) -> None:
+        """The loss scale after a step (fp16), once the host knows whether the step was skipped."""
+        if self.scaler is not None:
+            self.scaler.update(skipped)
+
     def state(self) -> dict:
         """This rank's shard of the optimizer, laid out like the master shard: fp32 weights, Adam
         moments, step count, loss scale."""
+        if self.on_device is not None:
+            adam = self.on_device
+            return {"master": self.master.clone(), "numel": self.buffer.numel, "exp_avg": adam.exp_avg.clone(),
+                    "exp_avg_sq": adam.exp_avg_sq.clone(), "step": float(adam.steps),
+                    "scaler": vars(self.scaler).copy() if self.scaler else None}
         moments = {}
         for key in ("exp_avg", "exp_avg_sq"):
             flat = torch.zeros_like(self.master)
@@ -138,7 +172,9 @@ class FlatAdam:
         self.buffer.write_back(self.master)
         if shards[0]["step"] > 0:
             exp_avg, exp_avg_sq = mine("exp_avg"), mine("exp_avg_sq")
-            for view, a, b in self._views:
+            if self.on_device is not None:
+                self.on_device.load(exp_avg, exp_avg_sq, shards[0]["step"])
+            for view, a, b in self._views if self.on_device is None else ():
                 self.adam.state[view] = {"step": torch.tensor(shards[0]["step"], dtype=torch.float32),
                                          "exp_avg": exp_avg[a:b].clone(), "exp_avg_sq": exp_avg_sq[a:b].clone()}
         if self.scaler is not None and shards[0]["scaler"] is not None:

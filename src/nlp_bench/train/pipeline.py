@@ -22,7 +22,8 @@ from nlp_bench.train.process_groups import ProcessGroups
 
 @dataclass
 class IterationStats:
-    losses: list[float] = field(default_factory=list)  # per micro-batch, last stage only
+    #: per micro-batch, last stage only; on the device, as a host read would cut an xla step's graph in two
+    losses: list[torch.Tensor] = field(default_factory=list)
     max_in_flight: int = 0  # most micro-batches whose activations this stage held at once
 
 
@@ -50,7 +51,7 @@ def run(chunks, groups: ProcessGroups, batches: Sequence[Batch], scale: float, a
         received = None if first(c) else arrived.pop((mb, c, True)).requires_grad_()
         out = chunks[c](tokens if received is None else received, labels)
         if last(c):
-            stats.losses.append(out.item())
+            stats.losses.append(out.detach())
             out = out * (scale / m)
         held[(mb, c)] = (received, out)
         stats.max_in_flight = max(stats.max_in_flight, len(held))
@@ -82,9 +83,9 @@ def run(chunks, groups: ProcessGroups, batches: Sequence[Batch], scale: float, a
 
 @torch.no_grad()
 def forward_only(chunks, groups: ProcessGroups, batches: Sequence[Batch], activation_shape: tuple[int, ...],
-                 dtype: torch.dtype, device: torch.device) -> list[float]:
+                 dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
     """Evaluation: every micro-batch through every virtual stage in order, no backward. Returns the
-    per-micro-batch losses on the rank that holds the last virtual stage."""
+    per-micro-batch losses (on the device) on the rank that holds the last virtual stage."""
     v = len(chunks)
     losses = []
     for tokens, labels in batches:
@@ -97,7 +98,7 @@ def forward_only(chunks, groups: ProcessGroups, batches: Sequence[Batch], activa
                 collectives.send_recv(None, None, None, x, groups.next_rank, groups.prev_rank)
             out = chunk(x, labels)
             if last:
-                losses.append(out.item())
+                losses.append(out)
             else:
                 collectives.send_recv(out, None, None, None, groups.next_rank, groups.prev_rank)
     return losses

@@ -2,6 +2,10 @@
 
 Ranks are laid out tp-fastest, then dp, then pp (as Megatron does), so a tensor-parallel group stays
 inside a node and pipeline stages span nodes.
+
+Numbers the host needs (a stop flag, the log's and the evaluation's loss sums) travel as CPU tensors. On
+gloo, and on nccl started as "cpu:gloo,cuda:nccl", the ordinary groups carry them; torch-xla's process group
+takes device tensors only, so on xla every rank also joins gloo twins of the world and of its dp group.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ class ProcessGroups:
     pp_group: dist.ProcessGroup | None
     #: first and last stage of this rank's pipeline (tied embeddings); None without pipelining
     embedding_group: dist.ProcessGroup | None = None
+    #: every rank, and this rank's dp group, for CPU tensors (see the module's docstring)
+    host: dist.ProcessGroup | None = None
+    host_dp: dist.ProcessGroup | None = None
 
     @property
     def is_first_stage(self) -> bool:
@@ -50,8 +57,9 @@ def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, dp: int) -> int:
     return tp_rank + tp * (dp_rank + dp * pp_rank)
 
 
-def build_process_groups(tp: int, pp: int) -> ProcessGroups:
-    """Create all groups (every rank must create every group, in the same order) and keep its own."""
+def build_process_groups(tp: int, pp: int, host_backend: str | None = None) -> ProcessGroups:
+    """Create all groups (every rank must create every group, in the same order) and keep its own;
+    `host_backend` ("gloo" on xla) makes the groups for CPU tensors apart from the others."""
     world, rank = dist.get_world_size(), dist.get_rank()  # the trainer checked the layout (spec.layout)
     dp = data_parallel_size(world, tp, pp)
     tp_rank, rest = rank % tp, rank // tp
@@ -63,11 +71,14 @@ def build_process_groups(tp: int, pp: int) -> ProcessGroups:
     }
     if pp > 1:
         families["embedding"] = [[ranks[0], ranks[-1]] for ranks in families["pp"]]
+    if host_backend is not None:
+        families["host_dp"] = families["dp"]
     mine: dict[str, dist.ProcessGroup | None] = {"embedding": None}
     for name, members in families.items():
         for ranks in members:
-            group = dist.new_group(ranks)
+            group = dist.new_group(ranks, backend=host_backend if name.startswith("host") else None)
             if rank in ranks:
                 mine[name] = group
+    host = dist.group.WORLD if host_backend is None else dist.new_group(backend=host_backend)
     return ProcessGroups(world, rank, tp, pp, dp, tp_rank, dp_rank, pp_rank, mine["tp"], mine["dp"], mine["pp"],
-                mine["embedding"])
+                         mine["embedding"], host=host, host_dp=mine.get("host_dp", mine["dp"]))

@@ -2,7 +2,8 @@
 
 Dropout on the replicated residual stream must draw the same mask on every tensor-parallel rank (or
 the replicas drift apart), while dropout on a rank's own attention heads should differ between ranks.
-The default generator serves the first; this tracker swaps in a per-tp-rank state for the second.
+The default generator serves the first; this tracker swaps in a per-tp-rank state for the second. On xla the
+device's generator is a running seed (an integer the host keeps; setting it adds no host read to the graph).
 """
 
 from __future__ import annotations
@@ -19,19 +20,39 @@ TP_SEED_OFFSET = 2718
 class ParallelRNG:
     def __init__(self, seed: int, tp_rank: int, device: torch.device) -> None:
         self.device = device
+        if device.type == "xla":
+            self._state: torch.Tensor | int = seed + TP_SEED_OFFSET + tp_rank
+            return
         saved = self._get()
         torch.manual_seed(seed + TP_SEED_OFFSET + tp_rank)
         self._state = self._get()
         self._set(saved)
 
-    def _get(self) -> torch.Tensor:
+    def _get(self) -> torch.Tensor | int:
+        if self.device.type == "xla":
+            import torch_xla.core.xla_model as xm
+
+            return xm.get_rng_state(self.device)
         return torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else torch.get_rng_state()
 
-    def _set(self, state: torch.Tensor) -> None:
-        if self.device.type == "cuda":
+    def _set(self, state: torch.Tensor | int) -> None:
+        if self.device.type == "xla":
+            import torch_xla.core.xla_model as xm
+
+            xm.set_rng_state(state, self.device)
+        elif self.device.type == "cuda":
             torch.cuda.set_rng_state(state, self.device)
         else:
             torch.set_rng_state(state)
+
+    def saved(self) -> dict:
+        """What a checkpoint keeps: the tensor-parallel stream, and on xla the device's running seed."""
+        return {"tp_stream": _copied(self._state), "xla": self._get() if self.device.type == "xla" else None}
+
+    def restore(self, saved: dict) -> None:
+        self._state = saved["tp_stream"]
+        if self.device.type == "xla" and saved.get("xla") is not None:
+            self._set(saved["xla"])
 
     @contextlib.contextmanager
     def fork(self) -> Iterator[None]:
@@ -57,16 +78,20 @@ def recompute(fn, *args, rng: ParallelRNG):
 
     @contextlib.contextmanager
     def forward_ctx():
-        saved.append(rng._state.clone())
+        saved.append(_copied(rng._state))
         yield
 
     @contextlib.contextmanager
     def recompute_ctx():
         current = rng._state
-        rng._state = saved[0].clone()
+        rng._state = _copied(saved[0])
         try:
             yield
         finally:
             rng._state = current
 
     return torch_checkpoint(fn, *args, use_reentrant=False, context_fn=lambda: (forward_ctx(), recompute_ctx()))
+
+
+def _copied(state: torch.Tensor | int) -> torch.Tensor | int:
+    return state.clone() if isinstance(state, torch.Tensor) else state

@@ -29,7 +29,7 @@ from nlp_bench.train.optimizer import FlatAdam, LossScaler
 from nlp_bench.train.process_groups import ProcessGroups, build_process_groups
 from nlp_bench.train.profiling import StepProfiler
 from nlp_bench.train.rng import ParallelRNG
-from nlp_bench.train.xla import STAND_IN, XlaRuntime
+from nlp_bench.train.xla import XlaRuntime, refuse_downcasts
 
 PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -80,16 +80,17 @@ class SignalFlag:
         self.received = signum
 
 
-def exit_reason(control: RunControl, iteration: int, t_start: float, signals: SignalFlag | None) -> str | None:
+def exit_reason(control: RunControl, iteration: int, t_start: float, signals: SignalFlag | None,
+                groups: ProcessGroups) -> str | None:
     """Why training stops after this iteration, agreed by all ranks (any rank's reason stops all)."""
     reasons = []
     if control.exit_interval and iteration % control.exit_interval == 0:
         reasons.append(f"--exit-interval {control.exit_interval}")
     if control.exit_duration_in_mins is not None:
         elapsed = (time.perf_counter() - t_start) / 60.0
-        if collectives.any_true(elapsed > control.exit_duration_in_mins):
+        if collectives.any_true(elapsed > control.exit_duration_in_mins, groups.host):
             reasons.append(f"--exit-duration-in-mins {control.exit_duration_in_mins:g}")
-    if signals is not None and collectives.any_true(signals.received is not None):
+    if signals is not None and collectives.any_true(signals.received is not None, groups.host):
         reasons.append("termination signal" if signals.received is None
                        else f"signal {signal.Signals(signals.received).name}")
     return ", ".join(reasons) or None
@@ -125,6 +126,33 @@ def build_model(config: TrainConfig, groups: ProcessGroups, device: torch.device
         index = c * groups.pp + groups.pp_rank
         model.append(GPTStage(cfg, tp, rng, index * per_chunk, per_chunk, index == 0, index == chunks * groups.pp - 1))
     return model.to(device=device, dtype=dtype), rng
+
+
+@dataclass
+class StepNumbers:
+    """The step's numbers for the host: the mean loss of its micro-batches (off the last stage, none) and,
+    where the optimizer left them on the device, the skip flag and the gradient norm. Packed into one tensor
+    before the step's graph runs, so that graph computes it and reading it afterwards is one transfer and no
+    further graph."""
+
+    packed: torch.Tensor | None
+    has_loss: bool
+    skipped: bool | torch.Tensor
+    norm: float | torch.Tensor
+
+    @classmethod
+    def pack(cls, losses: list[torch.Tensor], skipped: bool | torch.Tensor, norm: float | torch.Tensor) -> StepNumbers:
+        on_device = isinstance(skipped, torch.Tensor)
+        values = ([torch.stack(losses).float().mean()] if losses else []) + ([skipped, norm] if on_device else [])
+        packed = torch.stack([v.float().reshape(()) for v in values]) if values else None
+        return cls(packed, bool(losses), skipped, norm)
+
+    def read(self) -> tuple[float | None, bool, float]:
+        """(loss, skipped, norm; NaN for a skipped step, as Megatron logs it)."""
+        read = self.packed.tolist() if self.packed is not None else []
+        loss = read.pop(0) if self.has_loss else None
+        skipped, norm = (read[0] > 0, read[1]) if isinstance(self.skipped, torch.Tensor) else (self.skipped, self.norm)
+        return loss, bool(skipped), float("nan") if skipped else float(norm)
 
 
 @dataclass
@@ -173,8 +201,11 @@ class Trainer:
         return [tuple(t.to(self.device) for t in b) for b in batches]
 
     def step(self, iteration: int) -> pipeline.IterationStats:
-        """One iteration: every micro-batch forward and backward, the gradients reduced, the update."""
+        """One iteration: every micro-batch forward and backward, the gradients reduced, the update; on xla
+        one graph, whose numbers the host reads once it ran."""
         self.profiler.before(iteration)
+        if self.xla is not None:
+            self.xla.begin_step()
         lr = self.config.schedule.at(self.position)
         self.buffer.zero()
         first = (iteration - 1) * self.config.batch.global_batch_size
@@ -185,14 +216,18 @@ class Trainer:
                              self.dtype, self.device)
         if self.config.control.inject_inf_grad_at_iteration == iteration:
             self.buffer.main_grad.fill_(float("inf"))
-        skipped, norm = self.optimizer.step(lr)
+        numbers = StepNumbers.pack(stats.losses, *self.optimizer.step(lr))
         if self.xla is not None:
             self.xla.sync()  # the step's graph runs here
+        loss, skipped, norm = numbers.read()
+        if self.xla is not None:
+            self.xla.end_step()
+        self.optimizer.update_scale(skipped)
         if not skipped:
             self.position += self.config.batch.global_batch_size if self.config.control.in_samples else 1
             self.norm = norm
         self.in_flight = max(self.in_flight, stats.max_in_flight)
-        self.log.add(stats.losses, skipped)
+        self.log.add([] if loss is None else [loss], skipped)
         self.profiler.after(iteration)
         return stats
 
@@ -201,15 +236,17 @@ class Trainer:
         the last rank. Not counted as iteration time."""
         t_eval, control, gbs = time.perf_counter(), self.config.control, self.config.batch.global_batch_size
         self.model.eval()
-        total, count = 0.0, 0
+        losses: list[torch.Tensor] = []
         for j in range(control.eval_iters):
             batches = self.batches(self.valid, (self.evaluated * control.eval_iters + j) * gbs)
-            losses = pipeline.forward_only(self.model, self.groups, batches, self.activation_shape, self.dtype,
-                                           self.device)
-            total, count = total + sum(losses), count + len(losses)
+            losses += pipeline.forward_only(self.model, self.groups, batches, self.activation_shape, self.dtype,
+                                            self.device)
+            if self.xla is not None:
+                self.xla.sync()  # one graph per validation batch
         self.model.train()
-        sums = torch.tensor([total, float(count)], dtype=torch.float64)
-        collectives.all_reduce(sums, self.groups.dp_group)
+        values = torch.stack(losses).float().tolist() if losses else []  # one read, after the graphs ran
+        sums = torch.tensor([math.fsum(values), float(len(values))], dtype=torch.float64)
+        collectives.all_reduce(sums, self.groups.host_dp)
         if self.groups.rank == self.groups.world - 1:
             loss = sums[0].item() / max(sums[1].item(), 1.0)
             line = (f" validation loss at iteration {iteration} | lm loss value: {loss:.6E} |"
@@ -242,7 +279,7 @@ class Trainer:
                               self.optimizer.loss_scale, self.norm)
             if self.valid is not None and (iteration % control.eval_interval == 0 or last):
                 self.evaluate(iteration)
-            stop = exit_reason(control, iteration, t_start, signals)
+            stop = exit_reason(control, iteration, t_start, signals, self.groups)
             if control.save and (stop or last or (control.save_interval and iteration % control.save_interval == 0)):
                 self.save(iteration)
             if stop:
@@ -254,8 +291,7 @@ class Trainer:
 
     def _finish(self, iteration: int, seconds: float) -> None:
         if self.xla is not None:
-            stand_in = f" (CPU stand-in, {STAND_IN}=1)" if self.xla.stand_in else ""
-            self.say(f"xla: {self.xla.syncs} step graph executions{stand_in}")
+            self.say(self.xla.summary())
         self.say(f"finished at iteration {iteration} of {self.config.control.iterations} after {seconds:.1f} s; the "
                  f"first pipeline stage held at most {self.in_flight} forward passes' activations at once; "
                  f"{self.buffer.overlapped} of {len(self.buffer.buckets) * (iteration - self.start)} data-parallel "
@@ -311,17 +347,23 @@ def setup(config: TrainConfig) -> Trainer:
         kernels.describe()  # NLP_BENCH_KERNELS is read and checked here, before any process group
     except kernels.KernelChoiceError as exc:
         raise UsageError(str(exc)) from None
-    xla = XlaRuntime() if config.parallel.backend == "xla" else None  # torch_xla missing: one line, here
+    xla = None
+    if config.parallel.backend == "xla":
+        refuse_downcasts()
+        xla = XlaRuntime()  # torch_xla missing: one line, here
     device = init_distributed(config.parallel.backend, xla)
-    groups = build_process_groups(config.parallel.tp, config.parallel.pp)
+    groups = build_process_groups(config.parallel.tp, config.parallel.pp,
+                                  host_backend="gloo" if device.type == "xla" else None)
     torch.manual_seed(config.model.seed + 100 * groups.pp_rank)
+    if xla is not None:
+        xla.seed(config.model.seed + 100 * groups.pp_rank)
     model, rng = build_model(config, groups, device, PRECISION_DTYPES[config.switches.precision])
     buffer = GradBuffer(model, groups, shards=groups.dp if config.switches.distributed_optimizer else 1,
                         micro_batches=config.batch.micro_batches, bucket_size=config.parallel.bucket_size)
     opt = config.optimizer
     scaler = LossScaler(*opt.loss_scale) if opt.loss_scale else None
     optimizer = FlatAdam(buffer, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
-                         clip_grad=opt.clip_grad, scaler=scaler)
+                         clip_grad=opt.clip_grad, scaler=scaler, on_device=xla is not None)
     _introduce(config, groups, device, model)
     start, position = 0, 0
     if config.control.load:

@@ -1,0 +1,141 @@
+"""The Neuron (Trainium) profiles as today's Neuron runs them: no XLA_USE_BF16/XLA_DOWNCAST_BF16 (torch-xla
+still honours them by storing every fp32 tensor, master weights and Adam moments included, as bf16), bf16
+training chosen by the profile where a tag meets the system, the compiler's flags exported, and the job's
+provenance recording the PJRT_/NEURON_/XLA_ variables and the package versions it found."""
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import run_bench
+
+from nlp_bench.errors import BenchError, LayoutError
+from nlp_bench.launch.render import render_compile_script, render_jobscript
+from nlp_bench.plan.points import from_point, from_point_json
+from nlp_bench.spec.benchmark import load_benchmark
+from nlp_bench.spec.switches import decode
+from nlp_bench.spec.systems import known_systems, load_system
+from nlp_bench.store.point_folder import PointDir
+
+XLA_PROFILES = [name for name in known_systems() if load_system(name).backend == "xla"]
+#: the tags the Trainium flows are rendered for: 175 (bf16 on GPUs as well), 13 (fp16 on GPUs), the Llama-3
+#: 70B of NxD Training's tutorial, and smoke (fp32 on CPUs)
+TAGS = ("175", "13", "llama3-70b", "smoke")
+REFUSED = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
+
+
+def _neuron(name: str) -> bool:
+    """A profile of Neuron devices (a CPU stand-in with backend xla is not one)."""
+    return "NeuronCore" in load_system(name).device_name
+
+
+def test_the_neuron_profiles_are_all_checked():
+    assert {"trn1", "trn2", "trn3"} <= {name for name in XLA_PROFILES if _neuron(name)}
+
+
+def _train_args(script: str) -> list[str]:
+    block = script.split("TRAIN_ARGS=(\n")[1].split("\n)")[0]
+    return [line.strip() for line in block.splitlines()]
+
+
+@pytest.mark.parametrize("system", XLA_PROFILES)
+def test_xla_profiles_render_bf16_and_the_compiler_flags_without_xla_use_bf16(system):
+    bench = load_benchmark()
+    neuron = _neuron(system)
+    rendered = []
+    for tag in TAGS:
+        try:
+            point = bench.point(tag, system)
+        except BenchError as exc:
+            if not neuron:  # a CPU stand-in of one device runs smoke with tp 1, and no large tag
+                if tag != "smoke":
+                    continue
+                point = bench.point(tag, system, tp=1)
+            else:
+                # only a tag without a layout of its own for this system may be left out: llama3-70b, whose
+                # pipelined layouts are NxD Training's for trn1 and trn2
+                assert isinstance(exc, LayoutError) and system not in (bench.tags[tag].get("systems") or {}), exc
+                assert tag == "llama3-70b" and "pipeline parallelism" in str(exc), exc
+                continue
+        rendered.append(tag)
+        scripts = [render_jobscript(point), render_compile_script(point)]
+        for script in filter(None, scripts):
+            for name in REFUSED:
+                assert name not in script, f"{system} {tag}: {name}"
+            assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+            if not neuron:
+                continue
+            args = _train_args(script)
+            assert "--bf16" in args and "--fp16" not in args, f"{system} {tag}: {args}"
+            flags = load_system(system).neuron_cc_flags
+            assert flags and f"export NEURON_CC_FLAGS='{flags}'\n" in script, f"{system} {tag}"
+        if not neuron:
+            continue
+        # point.json, the planner and the jobscript agree on the precision
+        data = json.loads(json.dumps(point.to_dict()))
+        assert decode(data["train"]).precision == "bf16"
+        assert from_point(point).candidate.precision == "bf16"
+        assert from_point_json(data).candidate.precision == "bf16"
+        asked = decode(bench.point(tag).train).precision  # on the tag's own system
+        if asked != "bf16":
+            note = f"in place of the tag's {asked}"
+            assert note in data["precision_note"] and note in scripts[0].split("#SBATCH")[0]
+        else:
+            assert "precision_note" not in data and "# Precision:" not in scripts[0]
+    assert "smoke" in rendered
+    if neuron:
+        assert {"175", "13"} <= set(rendered)
+    if system in ("trn1", "trn2"):
+        assert "llama3-70b" in rendered
+
+
+def test_a_sweep_asking_another_precision_of_a_bf16_profile_is_refused_for_that_point():
+    with pytest.raises(LayoutError, match="system 'trn1' trains in bf16 .*not fp16"):
+        load_benchmark().point("13", "trn1", train={"fp16": True, "bf16": False})
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_profile_setting_xla_use_bf16_is_refused_in_one_line_naming_it(site, tmp_path, name):
+    profile = site / "slurm" / "systems" / "trn1.yaml"
+    profile.write_text(profile.read_text().replace("  FI_PROVIDER: efa\n", f"  FI_PROVIDER: efa\n  {name}: 1\n"))
+    proc = run_bench("run", "--tag", "smoke", "--system", "trn1", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(profile) in lines[0] and name in lines[0] and "precision: bf16" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_jobscript_records_pjrt_neuron_xla_and_package_versions(tmp_path):
+    """The jobscript's own provenance lines, run by bash with this interpreter as the job's python, and read
+    back as result.json's provenance reads them."""
+    script = render_jobscript(load_benchmark().point("smoke", "trn1"))
+    lines = script[script.index("env | grep"):script.index("on_time_limit()")]
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "PJRT_DEVICE": "NEURON", "NEURON_RT_LOG_LEVEL": "WARNING",
+           "XLA_FLAGS": "--xla_dump_to=/tmp/x", "HOME": str(tmp_path), "UNRELATED": "1"}
+    (tmp_path / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (tmp_path / "python3").chmod(0o755)
+    subprocess.run(["bash", "-c", lines], cwd=tmp_path, env=env, check=True)
+    folder = PointDir(tmp_path)
+    environment = folder.environment()
+    assert environment["PJRT_DEVICE"] == "NEURON" and environment["NEURON_RT_LOG_LEVEL"] == "WARNING"
+    assert environment["XLA_FLAGS"] == "--xla_dump_to=/tmp/x" and "UNRELATED" not in environment
+    assert folder.packages()["torch"] == importlib.metadata.version("torch")
+    assert not any(name.startswith("package.") for name in environment)
+    # a python without the packages (or none at all) records none, and the script goes on
+    (tmp_path / "python3").write_text("#!/bin/sh\nexit 1\n")
+    done = subprocess.run(["bash", "-c", lines + "echo went-on"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True)
+    assert "went-on" in done.stdout and done.stderr == "" and PointDir(tmp_path).packages() == {}
+
+
+def test_trn3_figures_follow_from_trainium3s_published_ones():
+    trn3, trn2 = load_system("trn3"), load_system("trn2")
+    assert trn3.devices_per_node == 16 * 8 // 2  # 16 chips of 8 NeuronCore-v4 at lnc=2
+    assert (trn3.peak_tflops, trn3.peak_fp8_tflops, trn3.device_memory_gib) == (671 / 4, 2517 / 4, 144 / 4)
+    assert (trn2.peak_tflops, trn2.peak_fp8_tflops) == (667 / 4, 1299 / 4)
+    for system in (trn2, trn3):
+        for key in ("peak_tflops", "peak_fp8_tflops", "device_memory_gib", "memory_bandwidth_gbps",
+                    "inter_node_gbps", "intra_node_gbps", "precision", "neuron_cc_flags"):
+            assert system.sources.get(key), f"{system.name}: {key} has no source"
