@@ -5,6 +5,7 @@ provenance recording the PJRT_/NEURON_/XLA_ variables and the package versions i
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 
@@ -139,3 +140,90 @@ def test_trn3_figures_follow_from_trainium3s_published_ones():
         for key in ("peak_tflops", "peak_fp8_tflops", "device_memory_gib", "memory_bandwidth_gbps",
                     "inter_node_gbps", "intra_node_gbps", "precision", "neuron_cc_flags"):
             assert system.sources.get(key), f"{system.name}: {key} has no source"
+
+
+# --- native PyTorch on Neuron (TorchNeuron): rendered and planned here, run only where its packages are ----------
+
+NATIVE = [name for name in known_systems() if load_system(name).backend == "neuron"]
+
+
+def _expanded_train_args(script: str) -> list[str]:
+    """The trainer's arguments as the job's shell would pass them: the script's exports, then its TRAIN_ARGS."""
+    exports = "\n".join(line for line in script.splitlines() if line.startswith("export "))
+    block = "TRAIN_ARGS=(\n" + script.split("TRAIN_ARGS=(\n")[1].split("\n)")[0] + "\n)"
+    shown = subprocess.run(["bash", "-c", f'{exports}\n{block}\nprintf "%s\\n" "${{TRAIN_ARGS[@]}}"'],
+                           capture_output=True, text=True, check=True)
+    return shown.stdout.splitlines()
+
+
+def test_a_native_neuron_profile_is_shipped_beside_the_xla_ones():
+    assert NATIVE == ["trn2-native"]
+    assert load_system("trn2-native").device == "neuron" and not load_system("trn2-native").compile_command
+
+
+@pytest.mark.parametrize("tag", ["smoke", "13", "175"])
+def test_the_native_profile_renders_the_trainer_on_the_neuron_backend_and_its_own_parser_takes_it(tag):
+    from nlp_bench.train.args import parse_args
+    from nlp_bench.train.config import build_config
+
+    point = load_benchmark().point(tag, "trn2-native")
+    script = render_jobscript(point)
+    assert render_compile_script(point) is None  # eager and torch.compile: no ahead-of-time compile job
+    assert not any(name in script for name in REFUSED)
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    args = _expanded_train_args(script)
+    assert "--bf16" in args and args[args.index("--distributed-backend") + 1] == "neuron"
+    if "--mock-data" in args:  # the others name the site's data files, which the parser opens
+        config = build_config(parse_args(args), point.layout.world)
+        assert (config.parallel.backend, config.switches.precision, config.parallel.dp) == (
+            "neuron", "bf16", point.layout.dp)
+
+
+def test_a_dry_run_on_the_native_profile_says_in_one_line_what_it_could_not_check(tmp_path):
+    proc = run_bench("--results-dir", str(tmp_path / "results"), "run", "--tag", "smoke", "--system", "trn2-native",
+                     "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if "not checked here" in line]
+    assert line.startswith("bench: warning: not checked here: profile trn2-native trains on the native neuron "
+                           "backend, which needs TorchNeuron (torch-neuronx 2.13 or later")
+    assert "bench doctor --system trn2-native --on-node" in line
+
+
+@pytest.mark.parametrize("installed,status", [(None, "warn"), ("2.9.0.2.11", "warn"), ("2.14.3.0", "ok")])
+def test_the_native_backend_check_reads_torch_neuronx_from_its_metadata(monkeypatch, installed, status):
+    from nlp_bench.app import doctor
+
+    def version(name):
+        if installed is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    (check,) = doctor._native_neuron(load_system("trn2-native"))
+    assert check.status == status
+    if installed == "2.9.0.2.11":
+        assert "torch-neuronx 2.9.0.2.11, the torch-xla based one," in check.detail
+    assert doctor._native_neuron(load_system("trn2")) == []
+
+
+def _trainer(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nlp_bench.train", "--num-layers", "2", "--hidden-size", "32",
+                           "--num-attention-heads", "2", "--seq-length", "16", "--mock-data", "--vocab-size", "256",
+                           "--micro-batch-size", "2", "--lr", "1e-3", "--train-iters", "2",
+                           "--distributed-backend", "neuron", *flags],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_the_trainer_on_the_neuron_backend_without_torchneuron_is_one_line(tmp_path):
+    proc = _trainer()
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "nlp_bench.train: error: --distributed-backend neuron needs TorchNeuron (torch-neuronx 2.13 or later with "
+        "the torch of its version, Neuron 2.33+, trn2/trn3); it is not installed"]
+    # a torch_neuronx that registers no neuron process group (the torch-xla based one has the same name)
+    (tmp_path / "torch_neuronx.py").write_text("")
+    proc = _trainer(env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.endswith("this torch_neuronx registers no neuron backend (the torch-xla based one runs "
+                         "--distributed-backend xla)")

@@ -228,11 +228,30 @@ def test_a_world_torch_xla_and_the_launcher_disagree_on_is_refused_before_any_st
 @pytest.mark.xla
 @needs_xla
 def test_dropout_on_xla_follows_the_seed(tmp_path):
+    """The device's generator starts from --seed (a fresh torch-xla process starts from its own default),
+    dropout draws from it, and the same seed gives the same run."""
     flags = ["--hidden-dropout", "0.2", "--attention-dropout", "0.2", "--eval-iters", "0"]
-    first, second = (losses(on_xla(tmp_path, *flags, iters=3)[0]) for _ in range(2))
-    other = losses(on_xla(tmp_path, *flags, "--seed", "8", iters=3)[0])
-    assert first == second
-    assert first != other
+    (first, seeded), (second, _) = (on_xla(tmp_path, *flags, iters=3) for _ in range(2))
+    other, reseeded = on_xla(tmp_path, *flags, "--seed", "8", iters=3)
+    assert (seeded["device_seed_after_setup"], reseeded["device_seed_after_setup"]) == (7, 8)
+    assert losses(first) == losses(second)
+    assert losses(first) != losses(other)
+    without = on_xla(tmp_path, *NO_DROPOUT, "--eval-iters", "0", iters=3)[0]
+    assert losses(first)[1:] != pytest.approx(losses(without)[1:], rel=1e-3)  # dropout is on
+
+
+@pytest.mark.xla
+@needs_xla
+@pytest.mark.parametrize("recompute", [["--recompute-granularity", "selective"],
+                                       ["--recompute-granularity", "full", "--recompute-method", "uniform"]],
+                         ids=["selective", "full"])
+def test_recompute_with_dropout_on_xla_draws_the_forward_passes_masks_again(tmp_path, recompute):
+    """torch's checkpoint cannot keep an xla device's generator; the recomputation must still draw the masks
+    of the forward pass (the tensor-parallel stream's, for the attention core), so the run equals one that
+    keeps its activations."""
+    flags = ["--hidden-dropout", "0.2", "--attention-dropout", "0.2", "--eval-iters", "0"]
+    kept = losses(on_xla(tmp_path, *flags, iters=3)[0])
+    assert losses(on_xla(tmp_path, *flags, *recompute, iters=3)[0]) == pytest.approx(kept, rel=1e-6)
 
 
 DEVICE_RNG = """
@@ -290,3 +309,13 @@ def test_bench_runs_the_smoke_tag_on_the_local_xla_profile(tmp_path):
     assert result["provenance"]["packages"]["torch-xla"] == torch_xla.__version__
     assert result["provenance"]["environment"]["PJRT_DEVICE"] == "CPU"
     assert "XLA Graphs/step" in proc.stdout or "XLA_Graphs/step" in proc.stdout
+
+
+def test_the_result_reads_the_xla_counts_whether_or_not_a_step_compiled_nothing():
+    line = "[default0]:nlp-bench trainer: xla: 9 graph executions, 7 compiles (27.6 s), 7 transfers to the host in all"
+    assert xla_counts(line + "; every one of the 4 steps compiled (torch_xla.debug.metrics)")["steps"] == 4
+    steady = xla_counts(line + "; per step that compiled nothing (3 of 6 steps): at most 1 graph executions and 2 "
+                               "transfers (torch_xla.debug.metrics)")
+    assert (steady["steps"], steady["steps_without_compile"], steady["graph_executions_per_step"],
+            steady["transfers_per_step"]) == (6, 3, 1, 2)
+    assert xla_counts("nlp-bench trainer: finished at iteration 4") is None

@@ -1,6 +1,6 @@
 """Run the trainer as `python -m nlp_bench.train` does, then write torch-xla's own metrics (read here, apart
-from the trainer's counting) to $NLP_BENCH_TEST_METRICS as JSON: the tests marked `xla` check the trainer's
-claims against them."""
+from the trainer's counting) and the device generator's seed as setup left it to $NLP_BENCH_TEST_METRICS as
+JSON: the tests marked `xla` check the trainer's claims against them."""
 
 from __future__ import annotations
 
@@ -8,18 +8,24 @@ import json
 import os
 import sys
 
-from nlp_bench.train.trainer import main
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+
+from nlp_bench.train.args import parse_args
+from nlp_bench.train.config import build_config
+from nlp_bench.train.trainer import setup
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    import torch_xla.debug.metrics as met
+    trainer = setup(build_config(parse_args(sys.argv[1:]), int(os.environ.get("WORLD_SIZE", "1"))))
+    seed = xm.get_rng_state(trainer.device)
+    code = trainer.fit()
 
     def samples(name: str) -> int:
         data = met.metric_data(name)
         return data[0] if data else 0
 
     found = {"executions": samples("ExecuteTime"), "compiles": samples("CompileTime"),
-             "transfers": samples("TransferFromDeviceTime"),
+             "transfers": samples("TransferFromDeviceTime"), "device_seed_after_setup": seed,
              "counters": {name: met.counter_value(name) for name in met.counter_names()}}
     with open(os.environ["NLP_BENCH_TEST_METRICS"], "w") as fh:
         json.dump(found, fh)

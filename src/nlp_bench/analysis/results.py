@@ -141,7 +141,8 @@ def _energy(point: PointRecord, records: list, log_text: str, folder: PointDir) 
 
 _XLA_COUNTS = re.compile(
     r"nlp-bench trainer: xla: (\d+) graph executions, (\d+) compiles \(([\d.]+) s\), (\d+) transfers to the host in all"
-    r"(?:; per step that compiled nothing \((\d+) of (\d+) steps\): at most (\d+) graph executions and (\d+) transfers)?")
+    r"(?:; per step that compiled nothing \((\d+) of (\d+) steps\): at most (\d+) graph executions and (\d+) transfers"
+    r"|; every one of the (\d+) steps compiled)?")
 
 
 def xla_counts(log_text: str) -> dict[str, Any] | None:
@@ -151,7 +152,8 @@ def xla_counts(log_text: str) -> dict[str, Any] | None:
     found = _XLA_COUNTS.search(log_text)
     if found is None:
         return None
-    executions, compiles, compile_s, transfers, steady, steps, per_step, transfers_per_step = found.groups()
+    executions, compiles, compile_s, transfers, steady, steps, per_step, transfers_per_step, all_compiled = found.groups()
+    steps = steps or all_compiled
     return {"graph_executions": int(executions), "compiles": int(compiles), "compile_s": float(compile_s),
             "transfers_to_host": int(transfers), "steps": int(steps) if steps else None,
             "steps_without_compile": int(steady) if steady else 0,

@@ -31,6 +31,11 @@ ENV_CHECK = ('command -v torchrun >/dev/null || { echo "torchrun not on PATH"; e
 GPU_CHECK = ('echo "node $(hostname -s)"; '
              'nvidia-smi -L 2>/dev/null | grep -c "^GPU" | sed "s/^/nvidia-smi GPUs /"; '
              'python3 -c "import torch; print(\'torch devices\', torch.cuda.device_count())"')
+#: the same for the native neuron backend: the NeuronCores torch sees, and whether the process group exists
+NEURON_CHECK = ('echo "node $(hostname -s)"; '
+                'python3 -c "import torch, torch_neuronx, torch.distributed as d; '
+                'print(\'neuron backend\', d.is_backend_available(\'neuron\')); '
+                'print(\'torch devices\', torch.accelerator.device_count())"')
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ def doctor(point: Point, on_node: bool = False) -> list[Check]:
     inventory = _slurm_checks(system, checks) if system.executor == "slurm" else None
     if inventory is None and system.executor != "slurm":
         checks.append(Check("scheduler", OK, f"executor {system.executor}: runs on this machine, no Slurm needed"))
-    checks += [_activation(system), _environment(system)]
+    checks += [_activation(system), _environment(system), *_native_neuron(system)]
     if point.trainer == MEGATRON_LM:
         checks += _megatron(point)
     checks += _data_files(point)
@@ -63,9 +68,38 @@ def doctor(point: Point, on_node: bool = False) -> list[Check]:
 
 def site_checks(point: Point) -> list[Check]:
     """What this machine can tell, in a moment, of what the jobscript needs from the site profile: no
-    placeholder left, the environment its set-up lines activate, the data folder and the tag's files. A
-    run refuses to submit while one fails, and `--dry-run` warns."""
-    return [*_placeholders(point), _activation(point.system), *_data_files(point)]
+    placeholder left, the environment its set-up lines activate, the data folder and the tag's files, and
+    what it cannot tell of a native Neuron backend. A run refuses to submit while one fails; a warning is
+    said either way."""
+    return [*_placeholders(point), _activation(point.system), *_data_files(point), *_native_neuron(point.system)]
+
+
+#: where --distributed-backend neuron runs: TorchNeuron, the native PyTorch backend (Neuron 2.33, public beta)
+NATIVE_NEURON = "TorchNeuron (torch-neuronx 2.13 or later, Neuron 2.33+, trn2/trn3)"
+
+
+def _native_neuron(system: System) -> list[Check]:
+    """A profile on the native `neuron` backend: whether bench's own environment has TorchNeuron (read from the
+    package's metadata: bench imports no torch). Where it does not, which is the usual login node and every
+    machine of this project, nothing of the device, its process group or the trainer on them is checked
+    before the job runs, and the check says so."""
+    if system.backend != "neuron":
+        return []
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        found = version("torch-neuronx")
+    except PackageNotFoundError:
+        found = None
+    if found is not None and Version(found) >= Version("2.13"):
+        return [Check("backend", OK, f"torch-neuronx {found} (TorchNeuron) where bench runs")]
+    have = f"torch-neuronx {found}, the torch-xla based one," if found else "no torch-neuronx"
+    return [Check("backend", WARN, f"not checked here: profile {system.name} trains on the native neuron backend, "
+                                   f"which needs {NATIVE_NEURON}; bench's environment has {have} so the neuron "
+                                   "device, its process group and the trainer on them run first in the job "
+                                   f"(bench doctor --system {system.name} --on-node checks them on a node)")]
 
 
 def _placeholders(point: Point) -> list[Check]:
@@ -241,7 +275,8 @@ def _on_node(system: System, point: Point, inventory: Inventory | None) -> Check
         return Check("compute node", FAIL, "no job started: fix the Slurm checks above first")
     gpus = _requested_gpus(system)
     account = str(system.sbatch.get("account", "") or "") or None
-    ok, output = run_on_node(_with_setup(system, GPU_CHECK), system.partition or inventory.default_partition().name,
+    probe = NEURON_CHECK if system.backend == "neuron" else GPU_CHECK
+    ok, output = run_on_node(_with_setup(system, probe), system.partition or inventory.default_partition().name,
                              account, gpus)
     lines = output.splitlines()
     if not ok:
@@ -253,6 +288,12 @@ def _on_node(system: System, point: Point, inventory: Inventory | None) -> Check
         status = OK if devices >= system.devices_per_node else FAIL
         return Check("compute node", status, f"{node}: torch sees {devices} GPU(s), the profile runs "
                                              f"{system.devices_per_node} ranks per node")
+    if system.backend == "neuron":
+        backend = seen.get("neuron backend") == "True"
+        status = OK if backend and devices >= system.devices_per_node else FAIL
+        return Check("compute node", status, f"{node}: torch sees {devices} NeuronCore(s) (the profile runs "
+                                             f"{system.devices_per_node} ranks per node), the neuron process-group "
+                                             f"backend {'is' if backend else 'is not'} there")
     return Check("compute node", OK, f"{node}: the environment imports torch; ranks run on CPUs "
                                      f"({seen.get('nvidia-smi GPUs', '0')} GPUs named by nvidia-smi)")
 

@@ -294,18 +294,23 @@ def _preflight(points: list[Point], predicted: dict[str, dict], dry_run: bool, f
     """Before node-hours are spent: a point predicted not to fit in device memory (unless `force`), and a site
     profile a job cannot run from as it is (a placeholder left, an environment or data file that is not
     there), refuse the submission in one line; a dry run says the same as warnings."""
-    from nlp_bench.app.doctor import FAIL, site_checks
+    from nlp_bench.app.doctor import FAIL, WARN, site_checks
 
     problems = [f"{p.id}: {p.unrunnable}" for p in points if p.unrunnable]
     problems += [f"{p.id} is predicted not to fit: {predicted[p.id]['reason']} (bench plan; --force submits it anyway)"
                  for p in points if not force and p.id in predicted and not predicted[p.id]["fits"]
                  and not p.unrunnable]
-    seen = set()
+    seen, warned = set(), set()
     for point in points:  # the points of a run share their system; their flags name the data
         key = repr(sorted(point.train.items()))
         if key not in seen:
             seen.add(key)
-            problems += [c.detail for c in site_checks(point) if c.status == FAIL and c.detail not in problems]
+            checks = site_checks(point)
+            problems += [c.detail for c in checks if c.status == FAIL and c.detail not in problems]
+            for check in checks:
+                if check.status == WARN and check.detail not in warned:
+                    warned.add(check.detail)
+                    warn(f"bench: warning: {check.detail}")
     if not problems:
         return
     if not dry_run:

@@ -25,6 +25,9 @@ _KEYS = {
     "precision", "neuron_cc_flags",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
+#: the trainer's --distributed-backend: NCCL, gloo, torch-xla (trn1, trn2, trn3 through torch-neuronx's XLA), or
+#: neuron (native PyTorch on trn2 and trn3, TorchNeuron)
+BACKENDS = ("nccl", "gloo", "xla", "neuron")
 
 
 @dataclass(frozen=True)
@@ -234,8 +237,8 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         raise SpecError(f"{path}: peak_precision must be bf16, fp16, fp32 or fp8, got {data['peak_precision']!r}")
     if data.get("precision") is not None and data["precision"] not in PRECISIONS:
         raise SpecError(f"{path}: precision must be one of {', '.join(PRECISIONS)}, got {data['precision']!r}")
-    if data["backend"] not in ("nccl", "gloo", "xla"):
-        raise SpecError(f"{path}: backend must be nccl, gloo or xla, got {data['backend']!r}")
+    if data["backend"] not in BACKENDS:
+        raise SpecError(f"{path}: backend must be {', '.join(BACKENDS)}, got {data['backend']!r}")
     for key in ("peak_tflops", "peak_fp8_tflops", "matmul_tflops", "matmul_fp8_tflops", "device_memory_gib",
                 "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us"):
         value = data.get(key)

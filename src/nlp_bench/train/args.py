@@ -81,7 +81,8 @@ def _parallel_flags(a) -> None:
     a("--use-distributed-optimizer", action="store_true")
     a("--ddp-bucket-size", type=int, default=None,
       help="elements per data-parallel gradient bucket (default max(40M, 1M x dp), as Megatron)")
-    a("--distributed-backend", choices=("nccl", "gloo", "xla"), default="nccl")
+    # neuron: native PyTorch on Trainium (TorchNeuron's device and process group), beside xla (torch-xla)
+    a("--distributed-backend", choices=("nccl", "gloo", "xla", "neuron"), default="nccl")
     a("--micro-batch-size", type=int, required=True)
     a("--global-batch-size", type=int, default=None)
 

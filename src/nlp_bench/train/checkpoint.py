@@ -53,10 +53,10 @@ def save(root: str, iteration: int, step: int, shape: dict[str, Any], groups: Pr
         }, folder / "model_rng.pt")
     if optimizer.shards > 1 or groups.dp_rank == 0:
         _atomic_save(optimizer.state(), folder / f"optim_dp{groups.dp_rank:03d}.pt")
-    dist.barrier()
+    dist.barrier(group=groups.host)  # gloo's: torch-xla's barrier returns at once
     if groups.rank == 0:
         (Path(root) / LATEST).write_text(f"{iteration}\n")
-    dist.barrier()
+    dist.barrier(group=groups.host)  # gloo's: torch-xla's barrier returns at once
     return folder.parent
 
 
@@ -99,7 +99,10 @@ def load(root: str, shape: dict[str, Any], groups: ProcessGroups, stage: torch.n
         first = str(exc).splitlines()[1].strip() if "\n" in str(exc) else str(exc)
         raise UsageError(f"checkpoint {folder.parent} holds another model's weights: {first}") from None
     torch.set_rng_state(saved["rng"]["cpu"])
-    rng.restore(saved["rng"])
+    try:
+        rng.restore(saved["rng"])
+    except ValueError as exc:
+        raise UsageError(f"checkpoint {folder.parent} cannot resume on {rng.device.type}: {exc}") from None
     if saved["rng"]["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state(saved["rng"]["cuda"])
     files = sorted(folder.glob("optim_dp*.pt"))

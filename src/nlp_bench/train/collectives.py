@@ -23,7 +23,9 @@ def size(group: dist.ProcessGroup | None) -> int:
 
 def _reduces(group: dist.ProcessGroup | None) -> bool:
     """Whether a sum over `group` has to run (None: there is no such group)."""
-    return group is not None and (dist.get_world_size(group) > 1 or os.environ.get(ALWAYS_ALL_REDUCE) == "1")
+    if group is None:
+        return False
+    return dist.get_world_size(group) > 1 or (os.environ.get(ALWAYS_ALL_REDUCE) == "1" and dist.get_backend(group) == "xla")
 
 
 def all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None, op: str = "sum") -> torch.Tensor:

@@ -89,10 +89,11 @@ class FlatAdam:
     def shards(self) -> int:
         return self.buffer.shards
 
-    def _norm_squared(self, g: torch.Tensor) -> torch.Tensor:
-        """The square of the global gradient norm, summed over the groups that split the gradients."""
+    def _norm_squared(self, g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The square of the global gradient norm in `dtype`, summed over the groups that split the gradients
+        (the local norm is taken in the gradients' own dtype: no copy of the shard)."""
         buffer, groups = self.buffer, self.buffer.groups
-        sq = torch.linalg.vector_norm(g).square().reshape(1)
+        sq = torch.linalg.vector_norm(g).to(dtype).square().reshape(1)
         if buffer.shards > 1:
             collectives.all_reduce(sq, groups.dp_group)
         collectives.all_reduce(sq, groups.tp_group)
@@ -109,7 +110,7 @@ class FlatAdam:
         if found_inf:
             return True, float("nan")
         g = grads if buffer.counted is None else grads[buffer.counted]
-        norm = math.sqrt(self._norm_squared(g.double()).item())
+        norm = math.sqrt(self._norm_squared(g, torch.float64).item())
         if self.clip_grad > 0 and norm > self.clip_grad:
             grads.mul_(self.clip_grad / (norm + 1e-6))
         for group in self.adam.param_groups:
@@ -124,7 +125,7 @@ class FlatAdam:
         grads, buffer = self.buffer.grad_shard, self.buffer
         skipped = collectives.any_on_device(~torch.isfinite(grads).all(), dist.group.WORLD)
         g = grads if buffer.counted is None else torch.where(buffer.counted, grads, torch.zeros_like(grads))
-        norm = self._norm_squared(g).sqrt()
+        norm = self._norm_squared(g, torch.float32).sqrt()
         if self.clip_grad > 0:  # Megatron's rule: multiply by clip / (norm + 1e-6) where that is below 1
             grads.mul_((self.clip_grad / (norm + 1e-6)).clamp(max=1.0))
         self.on_device.step(lr, 1.0 - skipped)

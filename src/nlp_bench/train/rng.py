@@ -33,23 +33,30 @@ class ParallelRNG:
             import torch_xla.core.xla_model as xm
 
             return xm.get_rng_state(self.device)
-        return torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else torch.get_rng_state()
+        if self.device.type == "cpu":
+            return torch.get_rng_state()
+        return torch.get_device_module(self.device).get_rng_state(self.device)  # cuda, neuron
 
     def _set(self, state: torch.Tensor | int) -> None:
         if self.device.type == "xla":
             import torch_xla.core.xla_model as xm
 
             xm.set_rng_state(state, self.device)
-        elif self.device.type == "cuda":
-            torch.cuda.set_rng_state(state, self.device)
-        else:
+        elif self.device.type == "cpu":
             torch.set_rng_state(state)
+        else:
+            torch.get_device_module(self.device).set_rng_state(state, self.device)
 
     def saved(self) -> dict:
         """What a checkpoint keeps: the tensor-parallel stream, and on xla the device's running seed."""
         return {"tp_stream": _copied(self._state), "xla": self._get() if self.device.type == "xla" else None}
 
     def restore(self, saved: dict) -> None:
+        """Put back what `saved` kept; ValueError for the streams of another kind of device (an xla stream is a
+        seed, the others a generator's state)."""
+        if isinstance(saved["tp_stream"], int) != (self.device.type == "xla"):
+            raise ValueError("its random streams are another kind of device's (xla keeps seeds, CPU and CUDA a "
+                             "generator's state)")
         self._state = saved["tp_stream"]
         if self.device.type == "xla" and saved.get("xla") is not None:
             self._set(saved["xla"])
@@ -70,11 +77,31 @@ def recompute(fn, *args, rng: ParallelRNG):
     """Activation recompute of fn(*args): keep only the inputs, run fn again in the backward pass.
 
     torch restores the default generator for the recomputation; the tensor-parallel stream is restored
-    here too, so dropout inside fn draws the same masks both times.
+    here too, so dropout inside fn draws the same masks both times. On xla torch's checkpoint cannot reach
+    the device's generator (it looks for a `torch.xla` module): torch-xla's own checkpoint restores the running
+    seed the forward pass started from (whichever stream that was) and keeps the compiler from merging the
+    recomputation into the forward pass; it reruns fn itself, so the stream is put back around that rerun.
     """
+    if rng.device.type == "xla":
+        from torch_xla.utils.checkpoint import checkpoint as xla_checkpoint
+
+        first: list[torch.Tensor | int] = []
+
+        def run(*inputs):
+            if not first:
+                first.append(_copied(rng._state))
+                return fn(*inputs)
+            current, rng._state = rng._state, _copied(first[0])
+            try:
+                return fn(*inputs)
+            finally:
+                rng._state = current
+
+        return xla_checkpoint(run, *args, use_reentrant=True)
+
     from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-    saved: list[torch.Tensor] = []
+    saved: list[torch.Tensor | int] = []
 
     @contextlib.contextmanager
     def forward_ctx():

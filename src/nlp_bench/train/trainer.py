@@ -55,6 +55,8 @@ def init_distributed(backend: str, xla: XlaRuntime | None = None) -> torch.devic
                           MASTER_PORT=str(_free_port()))
     if xla is not None:
         return xla.start()
+    if backend == "neuron":
+        return _start_neuron()
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
@@ -66,6 +68,26 @@ def init_distributed(backend: str, xla: XlaRuntime | None = None) -> torch.devic
         device = torch.device("cpu")
     dist.init_process_group(backend=backend)
     return device
+
+
+#: What --distributed-backend neuron needs: TorchNeuron, the native PyTorch backend of Neuron 2.33 (public beta,
+#: trn2 and trn3), torch-neuronx 2.13 or 2.14 beside the torch of the same version.
+NEURON_NATIVE = "TorchNeuron (torch-neuronx 2.13 or later with the torch of its version, Neuron 2.33+, trn2/trn3)"
+
+
+def _start_neuron() -> torch.device:
+    """Trainium as a PyTorch device: importing torch_neuronx registers the `neuron` device and process-group
+    backend; each process's device is its logical NeuronCore, as Neuron's torch.distributed guide runs it under
+    torchrun. The torch-xla based torch-neuronx (2.9 and before) has the same import name and neither."""
+    try:
+        import torch_neuronx  # noqa: F401
+    except ImportError:
+        raise UsageError(f"--distributed-backend neuron needs {NEURON_NATIVE}; it is not installed") from None
+    if not dist.is_backend_available("neuron"):
+        raise UsageError(f"--distributed-backend neuron needs {NEURON_NATIVE}; this torch_neuronx registers no "
+                         "neuron backend (the torch-xla based one runs --distributed-backend xla)")
+    dist.init_process_group(backend="neuron")
+    return torch.device("neuron")
 
 
 class SignalFlag:
@@ -205,7 +227,7 @@ class Trainer:
         one graph, whose numbers the host reads once it ran."""
         self.profiler.before(iteration)
         if self.xla is not None:
-            self.xla.begin_step()
+            self.xla.begin_step(iteration)
         lr = self.config.schedule.at(self.position)
         self.buffer.zero()
         first = (iteration - 1) * self.config.batch.global_batch_size
@@ -273,8 +295,10 @@ class Trainer:
             self.step(iteration)
             last = iteration == control.iterations
             if iteration % control.log_interval == 0 or last:
-                if self.device.type == "cuda":
+                if self.device.type == "cuda":  # the interval's time includes its kernels
                     torch.cuda.synchronize()
+                elif self.device.type == "neuron":
+                    torch.accelerator.synchronize()
                 self.log.emit(iteration, control.iterations, self.config.schedule.at(self.position),
                               self.optimizer.loss_scale, self.norm)
             if self.valid is not None and (iteration % control.eval_interval == 0 or last):
@@ -296,7 +320,7 @@ class Trainer:
                  f"first pipeline stage held at most {self.in_flight} forward passes' activations at once; "
                  f"{self.buffer.overlapped} of {len(self.buffer.buckets) * (iteration - self.start)} data-parallel "
                  "gradient buckets were reduced during the backward pass")
-        dist.barrier()
+        dist.barrier(group=self.groups.host)
         dist.destroy_process_group()
 
 
@@ -353,7 +377,7 @@ def setup(config: TrainConfig) -> Trainer:
         xla = XlaRuntime()  # torch_xla missing: one line, here
     device = init_distributed(config.parallel.backend, xla)
     groups = build_process_groups(config.parallel.tp, config.parallel.pp,
-                                  host_backend="gloo" if device.type == "xla" else None)
+                                  host_backend="gloo" if device.type in ("xla", "neuron") else None)
     torch.manual_seed(config.model.seed + 100 * groups.pp_rank)
     if xla is not None:
         xla.seed(config.model.seed + 100 * groups.pp_rank)

@@ -52,6 +52,7 @@ class XlaRuntime:
         #: per step: what the step cost, from `begin_step` to `end_step`
         self.steps: list[Counts] = []
         self._at_step_start = Counts()
+        self._seed = 0
         if not self.stand_in:
             try:
                 import torch_xla  # noqa: F401
@@ -86,6 +87,10 @@ class XlaRuntime:
 
     def seed(self, seed: int) -> None:
         """Seed the device's generator: torch.manual_seed does not reach it."""
+        self._seed = seed
+        self._set_seed(seed)
+
+    def _set_seed(self, seed: int) -> None:
         if not self.stand_in:
             import torch_xla.core.xla_model as xm
 
@@ -120,8 +125,13 @@ class XlaRuntime:
         transfers, _ = samples("TransferFromDeviceTime")
         return Counts(executions, compiles, compile_ns / 1e9, transfers)
 
-    def begin_step(self) -> None:
+    def begin_step(self, iteration: int) -> None:
+        """Each step's random stream starts from the seed and the iteration alone. torch-xla carries the
+        generator across a graph's end differently where a seed was set last in it (as activation recompute
+        does to draw its masks again), so a stream that ran on would make a run with recompute draw other masks
+        than one without; and a resumed run starts where the saved one would have been."""
         self._at_step_start = self.counts()
+        self._set_seed((self._seed % 2**31) * 2**32 + iteration)
 
     def end_step(self) -> None:
         self.steps.append(self.counts() - self._at_step_start)
