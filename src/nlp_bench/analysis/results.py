@@ -159,8 +159,8 @@ def xla_counts(log_text: str) -> dict[str, Any] | None:
             "steps_without_compile": int(steady) if steady else 0,
             "graph_executions_per_step": int(per_step) if per_step else None,
             "transfers_per_step": int(transfers_per_step) if transfers_per_step else None,
-            "source": "torch_xla.debug.metrics (ExecuteTime, CompileTime, TransferFromDeviceTime samples); per "
-                      "step: the most in any step that compiled nothing"}
+            "source": "torch_xla.debug.metrics (counters ExecuteComputation and UncachedCompile, CompileTime's total, "
+                      "TransferFromDeviceTime's samples); per step: the most in any step that compiled nothing"}
 
 
 _LIBRARIES = re.compile(r"nlp-bench trainer: torch (\S+?),?(?: \(CUDA (\S+), NCCL ([^)]+)\))?, backend")

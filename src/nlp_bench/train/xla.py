@@ -116,14 +116,13 @@ class XlaRuntime:
             return Counts()
         import torch_xla.debug.metrics as met
 
-        def samples(name: str) -> tuple[int, float]:
-            data = met.metric_data(name)
-            return (data[0], data[1]) if data else (0, 0.0)
-
-        executions, _ = samples("ExecuteTime")
-        compiles, compile_ns = samples("CompileTime")
-        transfers, _ = samples("TransferFromDeviceTime")
-        return Counts(executions, compiles, compile_ns / 1e9, transfers)
+        # counters that the call launching a graph or compiling it bumps: the ExecuteTime metric is recorded
+        # when a graph finishes, which on a busy machine can fall after the host's read of its results, into
+        # the next step
+        compile_time = met.metric_data("CompileTime")
+        transfers = met.metric_data("TransferFromDeviceTime")
+        return Counts(met.counter_value("ExecuteComputation") or 0, met.counter_value("UncachedCompile") or 0,
+                      compile_time[1] / 1e9 if compile_time else 0.0, transfers[0] if transfers else 0)
 
     def begin_step(self, iteration: int) -> None:
         """Each step's random stream starts from the seed and the iteration alone. torch-xla carries the
