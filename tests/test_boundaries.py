@@ -188,8 +188,11 @@ def test_no_two_modules_define_a_class_or_constant_of_the_same_name():
 #: the flags that choose a precision or activation recompute, in Megatron's and argparse's spelling
 _PRECISION_FLAGS = {"bf16", "fp16"}
 _RECOMPUTE_FLAGS = {"recompute-activations", "recompute-granularity", "recompute_activations", "recompute_granularity"}
-_TP = {"tp", "tensor_model_parallel_size"}
-_PP = {"pp", "pipeline_model_parallel_size"}
+#: parallel sizes, in the planner's, the trainer's and Megatron's spelling (and the world they tile)
+_PARALLEL = {"tp", "pp", "cp", "dp", "vp", "ep", "etp", "edp", "expert_tp", "world", "chunks", "weight_replicas",
+             "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+             "data_parallel_size", "virtual_pipeline_model_parallel_size", "expert_model_parallel_size",
+             "expert_tensor_parallel_size"}
 
 
 def _word(node: ast.AST) -> str | None:
@@ -204,7 +207,8 @@ def _word(node: ast.AST) -> str | None:
 
 
 def derivations(path: Path) -> list[str]:
-    """Where a module works out precision or recompute from the flags, or dp from the world and tp x pp."""
+    """Where a module works out precision or recompute from the flags, or any product or quotient of parallel
+    sizes (dp from the world and tp x cp x pp, pp x vp, tp x cp)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         key = None
@@ -220,29 +224,74 @@ def derivations(path: Path) -> list[str]:
             found.append(f"line {node.lineno}: precision from {key}")
         elif key in _RECOMPUTE_FLAGS:
             found.append(f"line {node.lineno}: recompute from {key}")
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) and isinstance(node.right, ast.BinOp) \
-                and isinstance(node.right.op, ast.Mult):
-            words = {_word(node.right.left), _word(node.right.right)}
-            if words & _TP and words & _PP:
-                found.append(f"line {node.lineno}: dp from tp x pp")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)):
+            left, right = _sizes(node.left), _sizes(node.right)
+            if left and right:
+                found.append(f"line {node.lineno}: {' x '.join(sorted(left | right))} from parallel sizes")
     return sorted(set(found))
+
+
+def _sizes(node: ast.AST) -> set[str]:
+    """The parallel sizes an operand reads: one, or a product of them."""
+    word = _word(node)
+    if word in _PARALLEL:
+        return {word}
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _sizes(node.left) | _sizes(node.right)
+    return set()
 
 
 def test_derivations_are_found(tmp_path):
     module = tmp_path / "m.py"
     module.write_text('p = "bf16" if train.get("bf16") else "fp32"\nr = args.recompute_granularity\n'
                       'dp = world // (self.tp * self.pp)\nq = ref["nodes"] // (ref["tp"] * ref["pp"])\n'
-                      'ok = "--bf16" in text or flags["lr"]\n')
+                      'ok = "--bf16" in text or flags["lr"]\nv = c.layout.pp * c.layout.vp\n'
+                      'e = world / (etp * ep * pp)\nn = self.nodes * self.devices_per_node\nb = gbs // (dp * mbs)\n')
     assert derivations(module) == ["line 1: precision from bf16", "line 2: recompute from recompute_granularity",
-                                   "line 3: dp from tp x pp", "line 4: dp from tp x pp"]
+                                   "line 3: pp x tp from parallel sizes", "line 3: pp x tp x world from parallel sizes",
+                                   "line 4: pp x tp from parallel sizes", "line 6: pp x vp from parallel sizes",
+                                   "line 7: ep x etp from parallel sizes", "line 7: ep x etp x pp from parallel sizes",
+                                   "line 7: ep x etp x pp x world from parallel sizes"]
 
 
 def test_precision_recompute_and_dp_are_each_worked_out_in_one_place():
-    """spec.switches decodes the flags (precision, recompute, ...), spec.layout alone computes dp: the sweep,
-    the planner, the trainer, the analysis and the rules check ask them."""
+    """spec.switches decodes the flags (precision, recompute, ...), spec.layout alone multiplies and divides
+    parallel sizes (dp, expert dp, pp x vp, ...): the sweep, the planner, the trainer, the analysis and the
+    rules check ask them."""
     homes = {"nlp_bench.spec.switches", "nlp_bench.spec.layout"}
     outside = {m: derivations(p) for m, p in MODULES.items() if m not in homes}
     assert {m: found for m, found in outside.items() if found} == {}
+    switches = MODULES["nlp_bench.spec.switches"]
+    assert [f for f in derivations(switches) if "parallel sizes" in f] == []
+
+
+def _field_names(tree: ast.AST) -> dict[str, set[str]]:
+    """The annotated fields of each class a module defines (a dataclass's, a NamedTuple's); a field that is a
+    tuple of values is an axis of a search (the values to try), not a copy of one."""
+    return {node.name: {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                        and not ast.unparse(s.annotation).startswith("tuple[")}
+            for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+
+
+def copied_settings(path: Path) -> list[str]:
+    """Classes of a module that copy a field of spec.Switches (a setting) instead of holding the Switches."""
+    settings = _field_names(ast.parse(MODULES["nlp_bench.spec.switches"].read_text()))["Switches"]
+    return sorted(f"{name}.{field}" for name, own in _field_names(ast.parse(path.read_text())).items()
+                  for field in own & settings)
+
+
+def test_copied_settings_are_found(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("class Plan:\n    layout: object\n    recompute: str = 'none'\n    fp8_param_gather: bool\n"
+                      "class Space:\n    sequence_parallel: tuple[bool, ...] = (True, False)\n")
+    assert copied_settings(module) == ["Plan.fp8_param_gather", "Plan.recompute"]
+
+
+def test_the_planner_holds_the_switches_and_copies_none_of_their_fields():
+    """A setting is spelt once: a planned point is a Layout plus the Switches, and plan/ copies no field of
+    either (adding fp8_param_gather once touched 8 files)."""
+    found = {m: copied_settings(p) for m, p in MODULES.items() if m.startswith("nlp_bench.plan.")}
+    assert {m: f for m, f in found.items() if f} == {}
 
 
 #: the longest a function may be: one that must be scrolled to be read is split into named steps

@@ -39,7 +39,7 @@ def test_the_rate_is_the_profiles_else_the_device_tables_else_a_stated_share_of_
 
 def _work(system, precision="bf16", tp=1, flash_attention=True):
     model = get_model("gpt-13b")
-    c = Candidate(1, 8, tp, 1, 1, 8, precision=precision, sequence_parallel=tp > 1, flash_attention=flash_attention)
+    c = Candidate.of(1, 8, tp, 1, 1, 8, precision=precision, sequence_parallel=tp > 1, flash_attention=flash_attention)
     return model, c, timing.work(model, pad_vocab(model.vocab_size, tp), c, system)
 
 
@@ -60,7 +60,7 @@ def test_fp8_pays_for_casting_each_linear_layers_input_and_output_gradient(tp, p
     # GPT (multi-head, GeLU MLP of 4h), bytes per token: the fused casts of qkv's, fc1's (h each) and fc2's
     # (4h/tp) inputs 2 each, the projection's input (h/tp) 4, the output gradients (3h/tp + h + 4h/tp + h) 4:
     # 12h + 40h/tp
-    extra = model.num_layers * per_hidden * model.hidden_size * c.mbs * model.seq_length
+    extra = model.num_layers * per_hidden * model.hidden_size * c.layout.mbs * model.seq_length
     assert fp8.elementwise_bytes - bf16.elementwise_bytes == pytest.approx(extra, rel=1e-9)
 
 
@@ -68,10 +68,10 @@ def test_fp8_pays_for_casting_each_linear_layers_input_and_output_gradient(tp, p
 def test_fp8_casts_follow_grouped_query_attention_and_swiglu(recompute, per_token):
     system = load_system("h100-8")
     model = get_model("llama3-8b")  # h 4096, 8 groups of 128, ffn 14336 gated
-    c = Candidate(1, 8, 1, 1, 1, 8, recompute=recompute, sequence_parallel=False)
+    c = Candidate.of(1, 8, 1, 1, 1, 8, recompute=recompute, sequence_parallel=False)
 
     def elementwise(precision):
-        return timing.work(model, pad_vocab(model.vocab_size, 1), replace(c, precision=precision),
+        return timing.work(model, pad_vocab(model.vocab_size, 1), c.changed(precision=precision),
                            system).elementwise_bytes
 
     # inputs 2 (4096 + 4096 + 14336) + 4 * 4096 = 61440; gradients 4 (6144 + 4096 + 28672 + 4096) = 172032;
@@ -161,12 +161,12 @@ def test_the_attention_rate_is_interpolated_in_log_sequence_and_held_at_the_ends
 def test_flash_attention_runs_the_core_at_the_measured_fused_rate(cp):
     system = load_system("h100-8")
     model = get_model("llama3-8b")
-    c = Candidate(1, 8, 2, 1, 1, 8, cp=cp)
+    c = Candidate.of(1, 8, 2, 1, 1, 8, cp=cp)
     w = timing.work(model, pad_vocab(model.vocab_size, 2), c, system)
-    unfused = timing.work(model, pad_vocab(model.vocab_size, 2), replace(c, flash_attention=False), system)
+    unfused = timing.work(model, pad_vocab(model.vocab_size, 2), c.changed(flash_attention=False), system)
     # the core: what the stage runs besides its linear layers and the output layer
     vocab = pad_vocab(model.vocab_size, 2)
-    logits = 6 * c.mbs * model.seq_length * model.hidden_size * vocab / (c.tp * cp)
+    logits = 6 * c.layout.mbs * model.seq_length * model.hidden_size * vocab / (c.layout.tp * cp)
     linear = model.num_layers * timing._linear_flops(model, c, 1.0)
     assert w.attention_flops == pytest.approx(w.flops - logits - linear)
     assert unfused.attention_flops == 0 and 0 < w.attention_flops < w.flops
@@ -187,14 +187,14 @@ def test_the_plans_header_names_the_rates_its_gemms_were_timed_against():
     from nlp_bench.report.plan_text import render_plan
 
     model, system = get_model("llama3-8b"), load_system("h100-8")
-    bf16 = render_plan([], [], False, Planned(model, system, Candidate(1, 8, 1, 1, 1, 8)), 5).splitlines()[0]
-    fp8 = render_plan([], [], False, Planned(model, system, Candidate(1, 8, 1, 1, 1, 8, precision="fp8")),
+    bf16 = render_plan([], [], False, Planned(model, system, Candidate.of(1, 8, 1, 1, 1, 8)), 5).splitlines()[0]
+    fp8 = render_plan([], [], False, Planned(model, system, Candidate.of(1, 8, 1, 1, 1, 8, precision="fp8")),
                       5).splitlines()[0]
     assert "GEMMs timed against 750.5 TFLOP/s (measured, device table)" in bf16 and "FP8" not in bf16
     assert "FP8 linear layers against 1375 (measured, device table)" in fp8
     # a profile whose peak is not the table's is another part: its rate is assumed from its own peak
     other = render_plan([], [], False, Planned(model, replace(system, peak_tflops=500.0),
-                                               Candidate(1, 8, 1, 1, 1, 8)), 5).splitlines()[0]
+                                               Candidate.of(1, 8, 1, 1, 1, 8)), 5).splitlines()[0]
     assert "GEMMs timed against 400 TFLOP/s (0.8 of its peak assumed)" in other
 
 
@@ -239,7 +239,7 @@ def test_a_gpu_script_that_cannot_write_its_json_says_so_in_one_line(tmp_path, c
 def test_the_context_ring_hides_behind_the_fused_core_as_fast_as_that_runs():
     system = load_system("h100-8")
     model = get_model("llama3-8b")
-    w = timing.work(model, pad_vocab(model.vocab_size, 2), Candidate(1, 8, 2, 1, 1, 8, cp=4), system)
+    w = timing.work(model, pad_vocab(model.vocab_size, 2), Candidate.of(1, 8, 2, 1, 1, 8, cp=4), system)
     eff = timing.Efficiency(gemm_half=130.0)
     core = w.attention_flops / (w.attention_rate * eff.gemm)
     fast = timing.timed(replace(w, cp_bandwidth=1e18), eff).compute_s
@@ -272,7 +272,7 @@ def test_unfused_attention_is_timed_near_a_published_a100_measurement():
             b, heads = data["tokens"] // seq, h // panel["head_dim"]
             model = replace(get_model("gpt-tiny"), num_layers=1, hidden_size=h, ffn_hidden_size=4 * h,
                             num_attention_heads=heads, seq_length=seq, vocab_size=128)
-            w = timing.work(model, 128, Candidate(1, 8, 1, 1, b, 1, recompute="none", flash_attention=False), a100)
+            w = timing.work(model, 128, Candidate.of(1, 8, 1, 1, b, 1, recompute="none", flash_attention=False), a100)
             assert w.core_side == panel["head_dim"]
             assert w.core_flops == pytest.approx(3 * 4 * b * seq * seq * h)  # the whole score matrix
             core = timing.timed(w, eff).compute_s - timing.timed(replace(w, flops=w.flops - w.core_flops, core_flops=0.0),

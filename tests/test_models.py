@@ -94,7 +94,7 @@ def test_memory_counts_one_copy_of_a_key_value_head_per_rank_when_tp_exceeds_the
     vocab = 128256
 
     def shard(tp):
-        return parameters_on_most_loaded_shard(model, vocab, Candidate(nodes=16, devices_per_node=32, tp=tp, pp=8,
+        return parameters_on_most_loaded_shard(model, vocab, Candidate.of(nodes=16, devices_per_node=32, tp=tp, pp=8,
                                                                        mbs=1, gas=1))
 
     kv_per_layer = 2 * 128 * 8192  # one key and one value head of 128
@@ -105,7 +105,7 @@ def test_memory_counts_one_copy_of_a_key_value_head_per_rank_when_tp_exceeds_the
 def test_layer_activations_count_the_query_groups_and_swiglu():
     from nlp_bench.plan.memory import layer_activation_bytes
 
-    c = Candidate(nodes=1, devices_per_node=1, tp=1, pp=1, mbs=2, gas=1, recompute="selective")
+    c = Candidate.of(nodes=1, devices_per_node=1, tp=1, pp=1, mbs=2, gas=1, recompute="selective")
     gpt = get_model("gpt-1.3b")
     sbh = gpt.seq_length * 2 * gpt.hidden_size
     assert layer_activation_bytes(gpt, c) == 34 * sbh  # Korthikanti et al.'s 34·s·b·h

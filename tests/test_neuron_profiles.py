@@ -77,8 +77,8 @@ def test_xla_profiles_render_bf16_and_the_compiler_flags_without_xla_use_bf16(sy
         # point.json, the planner and the jobscript agree on the precision
         data = json.loads(json.dumps(point.to_dict()))
         assert decode(data["train"]).precision == "bf16"
-        assert from_point(point).candidate.precision == "bf16"
-        assert from_point_json(data).candidate.precision == "bf16"
+        assert from_point(point).candidate.switches.precision == "bf16"
+        assert from_point_json(data).candidate.switches.precision == "bf16"
         asked = decode(bench.point(tag).train).precision  # on the tag's own system
         if asked != "bf16":
             note = f"in place of the tag's {asked}"

@@ -22,13 +22,14 @@ from conftest import DATA, ROOT, run_bench
 from nlp_bench.app import planning
 from nlp_bench.cli import cli
 from nlp_bench.plan import memory, ranking
-from nlp_bench.plan.candidate import FP8_PARAM_GATHER_NEEDS, Candidate
+from nlp_bench.plan.candidate import Candidate
 from nlp_bench.spec.models import get_model, pad_vocab
+from nlp_bench.spec.switches import FP8_PARAM_GATHER_NEEDS
 from nlp_bench.store.dropped import dropped_rows
 
 
 def test_megatron_memory_175b_reference_layout():
-    m, c = get_model("gpt-175b"), Candidate(96, 4, 8, 8, 1, 16)
+    m, c = get_model("gpt-175b"), Candidate.of(96, 4, 8, 8, 1, 16)
     vocab = pad_vocab(m.vocab_size, 8)
     assert vocab == 51200
     # transformer: 96 x (12 x 12288^2 + 4 x 12288) + 2 x 12288 = 173,950,918,656; embedding 12288 x 51200
@@ -42,7 +43,7 @@ def test_megatron_memory_175b_reference_layout():
 
 
 def test_megatron_memory_13b_reference_layout():
-    m, c = get_model("gpt-13b"), Candidate(8, 4, 2, 4, 1, 256, precision="fp16")
+    m, c = get_model("gpt-13b"), Candidate.of(8, 4, 2, 4, 1, 256, precision="fp16")
     vocab = pad_vocab(m.vocab_size, 2)
     assert vocab == 50432
     # 40 x (12 x 5120^2 + 4 x 5120) + 2 x 5120 = 12,583,741,440; embedding 5120 x 50432 = 258,211,840;
@@ -54,7 +55,7 @@ def test_megatron_memory_13b_reference_layout():
 
 
 def test_megatron_memory_single_stage_adds_the_output_layer():
-    m, c = get_model("gpt-1.3b"), Candidate(1, 8, 1, 1, 4, 1, distributed_optimizer=False, recompute="none")
+    m, c = get_model("gpt-1.3b"), Candidate.of(1, 8, 1, 1, 4, 1, distributed_optimizer=False, recompute="none")
     vocab = pad_vocab(m.vocab_size, 1)
     assert vocab == 50304
     # 24 x (12 x 2048^2 + 4 x 2048) + 2 x 2048 + 2048 x 50304 = 1,311,182,848 parameters x 18 bytes
@@ -68,13 +69,13 @@ def test_megatron_memory_single_stage_adds_the_output_layer():
 def test_korthikanti_per_layer_cases():
     m = get_model("gpt-13b")  # s 2048, h 5120, a 32
     sbh = 2048 * 5120
-    plain = Candidate(8, 4, 4, 1, 1, 1, sequence_parallel=False, recompute="none", flash_attention=False)
+    plain = Candidate.of(8, 4, 4, 1, 1, 1, sequence_parallel=False, recompute="none", flash_attention=False)
     # no sequence parallelism, attention matrix stored: sbh (10 + 24/4) + 5 x 32 x 2048^2 / 4 = 335,544,320
     assert memory.layer_activation_bytes(m, plain) == pytest.approx(335_544_320)
     # selective recompute drops the s^2 term: sbh x 16
-    assert memory.layer_activation_bytes(m, Candidate(8, 4, 4, 1, 1, 1, sequence_parallel=False)) == 16 * sbh
+    assert memory.layer_activation_bytes(m, Candidate.of(8, 4, 4, 1, 1, 1, sequence_parallel=False)) == 16 * sbh
     # full recompute keeps the layer input, split over tp under sequence parallelism: 2 sbh / 4
-    assert memory.layer_activation_bytes(m, Candidate(8, 4, 4, 1, 1, 1, recompute="full")) == 2 * sbh / 4
+    assert memory.layer_activation_bytes(m, Candidate.of(8, 4, 4, 1, 1, 1, recompute="full")) == 2 * sbh / 4
 
 
 def test_calibrated_on_the_two_reference_rows_the_planner_predicts_both(tmp_path):
@@ -164,16 +165,16 @@ def test_a_system_without_the_figures_is_refused_in_words():
 
     bare = replace(load_system("local"), peak_tflops=None, matmul_tflops=None, inter_node_gbps=None)
     with pytest.raises(timing.NotPlannable, match="system 'local' has no peak_tflops or matmul_tflops, inter_node_gbps"):
-        ranking.predict(get_model("gpt-tiny"), bare, Candidate(1, 2, 1, 1, 1, 1), timing.Efficiency())
+        ranking.predict(get_model("gpt-tiny"), bare, Candidate.of(1, 2, 1, 1, 1, 1), timing.Efficiency())
 
 
 def test_candidate_rules():
     m = get_model("gpt-175b")
-    assert Candidate(96, 4, 8, 8, 1, 16).problems(m) == []
-    assert "must divide the number of layers 96" in " ".join(Candidate(96, 4, 8, 5, 1, 16).problems(m))
+    assert Candidate.of(96, 4, 8, 8, 1, 16).problems(m) == []
+    assert "must divide the number of layers 96" in " ".join(Candidate.of(96, 4, 8, 5, 1, 16).problems(m))
     assert "interleaved schedule needs the micro-batches per iteration (12) to be a multiple of pp 8" in " ".join(
-        Candidate(96, 4, 8, 8, 1, 12, vp=2).problems(m))
-    assert "interleaving" in " ".join(Candidate(96, 4, 8, 8, 1, 16, vp=5).problems(m))
+        Candidate.of(96, 4, 8, 8, 1, 12, vp=2).problems(m))
+    assert "interleaving" in " ".join(Candidate.of(96, 4, 8, 8, 1, 16, vp=5).problems(m))
 
 
 def test_sweep_top_k_runs_only_the_predicted_fastest(tmp_path):
@@ -226,8 +227,8 @@ def test_calibrated_on_a_small_local_sweep_it_predicts_a_held_out_point(tmp_path
         record_job(folder, "COMPLETED", executor="local", job_id="1", exit_code=0)
     run_id = next(results.glob("nlp/*/run.json")).parent.name
     found = planning.measured(results, [run_id])
-    assert sorted(p.candidate.gas for p, _, _ in found) == [1, 2, 4, 8]
-    held_out = next(item for item in found if item[0].candidate.gas == 4)
+    assert sorted(p.candidate.layout.gas for p, _, _ in found) == [1, 2, 4, 8]
+    held_out = next(item for item in found if item[0].candidate.layout.gas == 4)
     fits = planning.fit_points(results, [item for item in found if item is not held_out])
     result, _ = fits["local"]
     planned, measured_tokens, _ = held_out
@@ -290,9 +291,9 @@ def test_full_recompute_runs_the_layers_forward_again_not_the_output_layers():
 
     m = get_model("gpt-13b")
     vocab = pad_vocab(m.vocab_size, 2)
-    c = Candidate(8, 4, 2, 4, 1, 16, recompute="full")
-    model_flops = flops.megatron_model_flops(m.flops_shape(c.global_batch_size, vocab))
-    logits = 6.0 * c.global_batch_size * m.seq_length * m.hidden_size * vocab
+    c = Candidate.of(8, 4, 2, 4, 1, 16, recompute="full")
+    model_flops = flops.megatron_model_flops(m.flops_shape(c.layout.global_batch_size, vocab))
+    logits = 6.0 * c.layout.global_batch_size * m.seq_length * m.hidden_size * vocab
     # Megatron checkpoints the transformer layers; the output layer's forward is not repeated
     assert timing.hardware_flops(m, vocab, c) == pytest.approx(model_flops + (model_flops - logits) / 3)
 
@@ -303,15 +304,14 @@ def test_unfused_attention_executes_the_whole_causal_score_matrix(recompute, for
     blocks; unfused attention (baddbmm, then the masked softmax, then bmm with the values: Megatron before
     flash attention, Megatron-DeepSpeed) multiplies the whole score matrix. The planner charged the unfused
     runs the halved count."""
-    from dataclasses import replace
 
     from nlp_bench.plan import timing
 
     m = get_model("gpt-13b")
     vocab = pad_vocab(m.vocab_size, 2)
-    fused = Candidate(8, 4, 2, 4, 1, 16, recompute=recompute, flash_attention=True)
-    unfused = replace(fused, flash_attention=False)
-    b, s, h, n = fused.global_batch_size, m.seq_length, m.hidden_size, m.num_layers
+    fused = Candidate.of(8, 4, 2, 4, 1, 16, recompute=recompute, flash_attention=True)
+    unfused = fused.changed(flash_attention=False)
+    b, s, h, n = fused.layout.global_batch_size, m.seq_length, m.hidden_size, m.num_layers
     masked_half = 2.0 * b * s * s * h * n  # forward: scores and their product with the values, half of them
     assert timing.hardware_flops(m, vocab, unfused) - timing.hardware_flops(m, vocab, fused) == \
         pytest.approx(masked_half * (3 + forward_again))
@@ -326,13 +326,13 @@ def test_selective_recompute_writes_the_unfused_attention_scores_once_more():
 
     m, system = get_model("gpt-13b"), load_system("juwels-booster")
     vocab = pad_vocab(m.vocab_size, 2)
-    c = Candidate(8, 4, 2, 4, 1, 16, flash_attention=False)
-    none, selective = (timing.work(m, vocab, replace(c, recompute=r), system) for r in ("none", "selective"))
-    scores = 5 * m.num_attention_heads * m.seq_length ** 2 * c.mbs / c.tp  # bytes a layer, Korthikanti et al.
-    assert selective.elementwise_bytes - none.elementwise_bytes == pytest.approx(m.num_layers / c.pp * scores)
-    fused = replace(c, flash_attention=True)
-    assert timing.work(m, vocab, replace(fused, recompute="selective"), system).elementwise_bytes == \
-        timing.work(m, vocab, replace(fused, recompute="none"), system).elementwise_bytes
+    c = Candidate.of(8, 4, 2, 4, 1, 16, flash_attention=False)
+    none, selective = (timing.work(m, vocab, c.changed(recompute=r), system) for r in ("none", "selective"))
+    scores = 5 * m.num_attention_heads * m.seq_length ** 2 * c.layout.mbs / c.layout.tp  # bytes a layer, Korthikanti et al.
+    assert selective.elementwise_bytes - none.elementwise_bytes == pytest.approx(m.num_layers / c.layout.pp * scores)
+    fused = c.changed(flash_attention=True)
+    assert timing.work(m, vocab, fused.changed(recompute="selective"), system).elementwise_bytes == \
+        timing.work(m, vocab, fused.changed(recompute="none"), system).elementwise_bytes
 
 
 def test_the_pipeline_bubble_runs_at_the_other_stages_pace_not_the_slowest():
@@ -344,9 +344,9 @@ def test_the_pipeline_bubble_runs_at_the_other_stages_pace_not_the_slowest():
 
     m, system = get_model("gpt-13b"), load_system("juwels-booster")
     vocab = pad_vocab(m.vocab_size, 2)
-    c = Candidate(8, 4, 2, 4, 1, 16, first_stage_layers=4, last_stage_layers=12)
+    c = Candidate.of(8, 4, 2, 4, 1, 16, first_stage_layers=4, last_stage_layers=12)
     w = timing.work(m, vocab, c, system)
-    logits = 6.0 * c.mbs * m.seq_length * m.hidden_size * vocab / c.tp
+    logits = 6.0 * c.layout.mbs * m.seq_length * m.hidden_size * vocab / c.layout.tp
     per_layer = (w.flops - logits) / 12
     assert w.bubble == 3
     assert w.bubble_flops == pytest.approx((4 + 12 + 12) * per_layer / 3 / w.flops)
@@ -356,7 +356,7 @@ def test_the_pipeline_bubble_runs_at_the_other_stages_pace_not_the_slowest():
     at_the_slowest = timing.timed(replace(w, bubble_flops=1.0, bubble_layers=1.0), eff).iteration_s
     assert at_the_slowest > paced
     # (the attention core at the layer GEMMs' rate, so that the stage's FLOPs run at one rate)
-    even = replace(timing.work(m, vocab, Candidate(8, 4, 2, 4, 1, 16), system), attention_flops=0.0)
+    even = replace(timing.work(m, vocab, Candidate.of(8, 4, 2, 4, 1, 16), system), attention_flops=0.0)
     curve = eff.gemm * even.side / (even.side + eff.gemm_half)
     # with even stages the others differ from the last by the output layer alone
     assert even.bubble_layers == 1.0
@@ -364,7 +364,7 @@ def test_the_pipeline_bubble_runs_at_the_other_stages_pace_not_the_slowest():
     assert gap == pytest.approx(even.bubble * logits / (even.matmul * curve))
     # a last stage of the output layer alone (a large vocabulary) is the slowest: timed, not a division by zero
     wide = replace(m, num_layers=6, hidden_size=512, num_attention_heads=8, ffn_hidden_size=2048, vocab_size=256000)
-    alone = Candidate(1, 4, 1, 4, 1, 16, first_stage_layers=2, last_stage_layers=0)
+    alone = Candidate.of(1, 4, 1, 4, 1, 16, first_stage_layers=2, last_stage_layers=0)
     assert not alone.problems(wide)
     lone = timing.work(wide, pad_vocab(wide.vocab_size, 1), alone, system)
     assert lone.bubble_layers == 1.0 and 0 < lone.bubble_flops < 1
@@ -379,8 +379,8 @@ def test_unfused_gradient_accumulation_adds_a_read_modify_write_of_the_main_grad
 
     m, system = get_model("gpt-13b"), load_system("juwels-booster")
     vocab = pad_vocab(m.vocab_size, 2)
-    fused = Candidate(8, 4, 2, 4, 1, 16, precision=precision)
-    unfused = Candidate(8, 4, 2, 4, 1, 16, precision=precision, gradient_accumulation_fusion=False)
+    fused = Candidate.of(8, 4, 2, 4, 1, 16, precision=precision)
+    unfused = Candidate.of(8, 4, 2, 4, 1, 16, precision=precision, gradient_accumulation_fusion=False)
     extra = timing.work(m, vocab, unfused, system).elementwise_bytes - timing.work(m, vocab, fused, system).elementwise_bytes
     assert extra == pytest.approx(memory.parameters_on_most_loaded_shard(m, vocab, fused) * per_weight)
     eff = timing.Efficiency()
@@ -394,8 +394,8 @@ def test_the_flag_that_turns_gradient_accumulation_fusion_off_reaches_the_plan()
     assert decode({}).gradient_accumulation_fusion and not decode({"no-gradient-accumulation-fusion": True}).gradient_accumulation_fusion
     layout = {"nodes": 8, "devices_per_node": 4, "tp": 2, "pp": 4, "mbs": 1, "gas": 16}
     m = get_model("gpt-13b")
-    assert points.candidate(layout, {}, m).gradient_accumulation_fusion
-    assert not points.candidate(layout, {"no-gradient-accumulation-fusion": True}, m).gradient_accumulation_fusion
+    assert points.candidate(layout, {}, m).switches.gradient_accumulation_fusion
+    assert not points.candidate(layout, {"no-gradient-accumulation-fusion": True}, m).switches.gradient_accumulation_fusion
 
 
 @pytest.mark.parametrize("precision, per_shard_weight, per_weight", [
@@ -408,10 +408,10 @@ def test_the_optimizer_step_streams_each_pass_megatron_runs(precision, per_shard
 
     m, system = get_model("gpt-13b"), load_system("juwels-booster")
     vocab = pad_vocab(m.vocab_size, 2)
-    c = Candidate(8, 4, 2, 4, 1, 16, precision=precision, distributed_optimizer=True)
+    c = Candidate.of(8, 4, 2, 4, 1, 16, precision=precision, distributed_optimizer=True)
     params = memory.parameters_on_most_loaded_shard(m, vocab, c)
     assert timing.work(m, vocab, c, system).optimizer_bytes == pytest.approx(
-        params / c.dp * per_shard_weight + params * per_weight)
+        params / c.layout.dp * per_shard_weight + params * per_weight)
 
 
 def test_without_the_asynchronous_all_reduce_the_backward_waits_for_two_more_collectives():
@@ -422,13 +422,13 @@ def test_without_the_asynchronous_all_reduce_the_backward_waits_for_two_more_col
     m, system = get_model("gpt-175b"), load_system("selene")
     vocab = pad_vocab(m.vocab_size, 8)
     for recompute, waited in (("full", 4), ("selective", 2)):
-        on = Candidate(16, 8, 8, 16, 1, 8, recompute=recompute, sequence_parallel=False)
-        off = Candidate(16, 8, 8, 16, 1, 8, recompute=recompute, sequence_parallel=False, async_tp_allreduce=False)
+        on = Candidate.of(16, 8, 8, 16, 1, 8, recompute=recompute, sequence_parallel=False)
+        off = Candidate.of(16, 8, 8, 16, 1, 8, recompute=recompute, sequence_parallel=False, async_tp_allreduce=False)
         tp_on, tp_off = (timing.work(m, vocab, c, system).tp_bytes for c in (on, off))
         assert tp_off / tp_on == pytest.approx((waited + 2) / waited)
     # under sequence parallelism the flag changes nothing: Megatron turns it off and overlaps its own way
-    sp = Candidate(16, 8, 8, 16, 1, 8)
-    assert timing.work(m, vocab, sp, system).tp_bytes == timing.work(m, vocab, replace(sp, async_tp_allreduce=False), system).tp_bytes
+    sp = Candidate.of(16, 8, 8, 16, 1, 8)
+    assert timing.work(m, vocab, sp, system).tp_bytes == timing.work(m, vocab, sp.changed(async_tp_allreduce=False), system).tp_bytes
     assert not decode({"no-async-tensor-model-parallel-allreduce": True}).async_tp_allreduce and decode({}).async_tp_allreduce
 
 
@@ -449,9 +449,9 @@ def test_with_interleaving_the_data_parallel_collectives_hide_behind_the_chunks_
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
     eff = timing.Efficiency()
-    base = Candidate(64, 8, 4, 8, 1, 16, overlap_grad_reduce=True, overlap_param_gather=True, overlap_p2p_comm=False)
+    base = Candidate.of(64, 8, 4, 8, 1, 16, overlap_grad_reduce=True, overlap_param_gather=True, overlap_p2p_comm=False)
     for vp in (1, 4, 12):
-        w = timing.work(m, vocab, replace(base, vp=vp), system)
+        w = timing.work(m, vocab, base.changed(vp=vp), system)
         compute = timing.timed(replace(w, reduce_bytes=0.0, gather_bytes=0.0), eff).compute_s
         for scale in (0.05, 0.5, 3.0):  # a reduce shorter than one chunk's step, between, beyond every window
             sized = replace(w, reduce_bytes=w.reduce_bytes * scale, gather_bytes=w.gather_bytes * scale)
@@ -465,9 +465,9 @@ def test_with_interleaving_the_data_parallel_collectives_hide_behind_the_chunks_
                 last = total - ((vp - 1) * 8 + 1) * per_micro_batch / vp
                 expected += max(0.0, first, last)
             assert est.dp_exposed_s == pytest.approx(expected)
-    late = replace(base, vp=12)
+    late = base.changed(vp=12)
     assert timing.estimate(m, vocab, late, system, eff).dp_exposed_s < \
-        timing.estimate(m, vocab, replace(late, vp=1), system, eff).dp_exposed_s
+        timing.estimate(m, vocab, late.changed(vp=1), system, eff).dp_exposed_s
 
 
 def test_stages_and_data_parallel_groups_lie_where_megatron_numbers_its_ranks():
@@ -480,12 +480,12 @@ def test_stages_and_data_parallel_groups_lie_where_megatron_numbers_its_ranks():
     m, system = get_model("gpt-13b"), load_system("h100-8")
     vocab = pad_vocab(m.vocab_size, 2)
     inter = system.inter_node_gbps * 1e9
-    one_node = timing.work(m, vocab, Candidate(1, 8, 2, 2, 1, 8), system)  # dp 2: the job fits a node
+    one_node = timing.work(m, vocab, Candidate.of(1, 8, 2, 2, 1, 8), system)  # dp 2: the job fits a node
     assert one_node.p2p_bandwidth == timing._within_node(system, 2)
-    two_nodes = timing.work(m, vocab, Candidate(2, 8, 2, 2, 1, 8), system)  # dp 4: stage 1 is the second node
+    two_nodes = timing.work(m, vocab, Candidate.of(2, 8, 2, 2, 1, 8), system)  # dp 4: stage 1 is the second node
     assert two_nodes.p2p_bandwidth == inter / 8
     assert two_nodes.dp_bandwidth == timing._within_node(system, 4)  # tp 2 x dp 4 devices: one node a stage
-    spread = timing.work(m, vocab, Candidate(4, 8, 2, 2, 1, 8), system)  # dp 8: a stage spans two nodes
+    spread = timing.work(m, vocab, Candidate.of(4, 8, 2, 2, 1, 8), system)  # dp 8: a stage spans two nodes
     assert spread.dp_bandwidth == inter / 8
 
 
@@ -498,7 +498,7 @@ def test_overlapped_pipeline_sends_cost_only_what_outlasts_a_chunk():
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
     eff = timing.Efficiency()
-    waited_work = timing.work(m, vocab, Candidate(64, 8, 4, 8, 1, 16, vp=12, overlap_p2p_comm=False), system)
+    waited_work = timing.work(m, vocab, Candidate.of(64, 8, 4, 8, 1, 16, vp=12, overlap_p2p_comm=False), system)
     first = timing.timed(waited_work, eff)
     chunk, one = (first.compute_s + first.tp_s) / 12, first.p2p_s / 2
     assert one < chunk / 3
@@ -511,9 +511,9 @@ def test_overlapped_pipeline_sends_cost_only_what_outlasts_a_chunk():
         assert hidden.p2p_s == pytest.approx(max(0.0, one - chunk * 2 / 3) + max(0.0, one - chunk / 3))
         assert hidden.iteration_s <= waited.iteration_s
     assert 0 < hidden.p2p_s < waited.p2p_s  # the largest sends outlast both chunks, by less than their whole
-    c = Candidate(64, 8, 4, 8, 1, 16, vp=12)
-    assert timing.work(m, vocab, c, system).overlap_p2p and not timing.work(m, vocab, replace(c, vp=1), system).overlap_p2p
-    assert not timing.work(m, vocab, replace(c, overlap_p2p_comm=False), system).overlap_p2p
+    c = Candidate.of(64, 8, 4, 8, 1, 16, vp=12)
+    assert timing.work(m, vocab, c, system).overlap_p2p and not timing.work(m, vocab, c.changed(vp=1), system).overlap_p2p
+    assert not timing.work(m, vocab, c.changed(overlap_p2p_comm=False), system).overlap_p2p
     # a point's flags are the reference's (Megatron-LM 0.4.0rc0), where the overlap is an opt-in
     assert decode({"overlap-p2p-communication": True}).overlap_p2p_comm and not decode({}).overlap_p2p_comm
     assert not decode({"no-overlap-p2p-communication": True}).overlap_p2p_comm
@@ -525,8 +525,8 @@ def test_gradients_reduced_in_bf16_move_half_the_bytes():
 
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
-    c = Candidate(64, 8, 4, 8, 1, 16)
-    fp32, bf16 = (timing.work(m, vocab, x, system) for x in (c, replace(c, grad_reduce_in_bf16=True)))
+    c = Candidate.of(64, 8, 4, 8, 1, 16)
+    fp32, bf16 = (timing.work(m, vocab, x, system) for x in (c, c.changed(grad_reduce_in_bf16=True)))
     assert bf16.reduce_bytes == pytest.approx(fp32.reduce_bytes / 2)
     assert bf16.gather_bytes == fp32.gather_bytes  # the weights are gathered in 16 bits either way
     assert decode({"grad-reduce-in-bf16": True}).grad_reduce_in_bf16 and not decode({}).grad_reduce_in_bf16
@@ -542,12 +542,12 @@ def test_tensor_parallel_overlap_runs_the_gemms_it_hides_behind_in_tp_chunks():
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
     eff = timing.Efficiency()
-    c = Candidate(64, 8, 4, 8, 1, 16, precision="fp8", flash_attention=False)
+    c = Candidate.of(64, 8, 4, 8, 1, 16, precision="fp8", flash_attention=False)
     # the attention core at the layers' side, so that the BF16 FLOPs run on one curve
-    w = replace(timing.work(m, vocab, replace(c, tp_comm_overlap=True), system), core_flops=0.0)
+    w = replace(timing.work(m, vocab, c.changed(tp_comm_overlap=True), system), core_flops=0.0)
     assert w.chunk_side == min(m.hidden_size / 4, m.seq_length / 4)
     assert w.chunked_flops == pytest.approx(w.fp8_flops * (1 + 5 / 12) / 3)  # FP8 runs the linear layers' FLOPs
-    full = timing.work(m, vocab, replace(c, tp_comm_overlap=True, recompute="full"), system)
+    full = timing.work(m, vocab, c.changed(tp_comm_overlap=True, recompute="full"), system)
     assert full.chunked_flops == pytest.approx(full.fp8_flops * (2 + 5 / 12) / 4)
     half8 = eff.gemm_half * 287 / 118
     curve8, chunk8 = (eff.gemm * d / (d + half8) for d in (w.side, w.chunk_side))
@@ -555,9 +555,9 @@ def test_tensor_parallel_overlap_runs_the_gemms_it_hides_behind_in_tp_chunks():
     expected = (w.flops - w.fp8_flops) / (w.matmul * curve) + (w.fp8_flops - w.chunked_flops) / (w.fp8_matmul * curve8) \
         + w.chunked_flops / (w.fp8_matmul * chunk8) + w.elementwise_bytes / (w.memory_bandwidth * eff.memory)
     assert timing.timed(w, eff).compute_s == pytest.approx(expected)
-    plain, overlapped = (timing.estimate(m, vocab, x, system, eff) for x in (c, replace(c, tp_comm_overlap=True)))
+    plain, overlapped = (timing.estimate(m, vocab, x, system, eff) for x in (c, c.changed(tp_comm_overlap=True)))
     assert overlapped.compute_s > plain.compute_s and overlapped.tp_s < plain.tp_s
-    assert timing.work(m, vocab, replace(c, tp_comm_overlap=True, sequence_parallel=False), system).chunked_flops == 0
+    assert timing.work(m, vocab, c.changed(tp_comm_overlap=True, sequence_parallel=False), system).chunked_flops == 0
 
 
 def test_fp8_gemms_need_wider_sides_to_reach_their_rate():
@@ -568,7 +568,7 @@ def test_fp8_gemms_need_wider_sides_to_reach_their_rate():
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
     eff = timing.Efficiency()
-    w = replace(timing.work(m, vocab, Candidate(64, 8, 4, 8, 1, 16, precision="fp8", flash_attention=False), system),
+    w = replace(timing.work(m, vocab, Candidate.of(64, 8, 4, 8, 1, 16, precision="fp8", flash_attention=False), system),
                 core_flops=0.0)  # the attention core at the layers' side, so that the BF16 FLOPs run on one curve
     curve = eff.gemm * w.side / (w.side + eff.gemm_half)
     curve8 = eff.gemm * w.side / (w.side + eff.gemm_half * 287 / 118)
@@ -594,7 +594,7 @@ def test_the_pipeline_terms_match_a_replay_of_megatrons_schedule(vp, gas, overla
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
     eff = timing.Efficiency()
-    c = Candidate(64, 8, 4, 8, 1, gas, vp=vp, overlap_p2p_comm=overlap, flash_attention=False)
+    c = Candidate.of(64, 8, 4, 8, 1, gas, vp=vp, overlap_p2p_comm=overlap, flash_attention=False)
     w = replace(timing.work(m, vocab, c, system), tp_bytes=0.0, tp_steps=0, reduce_bytes=0.0, reduce_steps=0,
                 gather_bytes=0.0, gather_steps=0, optimizer_bytes=0.0, bubble_flops=1.0, bubble_layers=1.0)
     assert w.overlap_p2p == (overlap and vp > 1)
@@ -620,11 +620,11 @@ def test_fp8_casts_each_weight_once_an_iteration():
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
     eff = timing.Efficiency()
-    c = Candidate(64, 8, 4, 8, 1, 16, precision="fp8")
+    c = Candidate.of(64, 8, 4, 8, 1, 16, precision="fp8")
     w = timing.work(m, vocab, c, system)
     h, f = m.hidden_size, m.ffn_hidden_size
     assert w.weight_cast_bytes == pytest.approx(12 * (4 * h * h + 2 * h * f) / 4 * 4)  # 12 layers a stage
-    assert timing.work(m, vocab, replace(c, precision="bf16"), system).weight_cast_bytes == 0
+    assert timing.work(m, vocab, c.changed(precision="bf16"), system).weight_cast_bytes == 0
     for gas in (16, 64):
         sized = replace(w, micro_batches=gas)
         without = timing.timed(replace(sized, weight_cast_bytes=0.0), eff).iteration_s
@@ -641,7 +641,7 @@ def test_the_gradient_buffer_holds_what_megatron_accumulates_in(precision, bf16_
 
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
-    c = Candidate(64, 8, 4, 8, 1, 16, precision=precision, grad_reduce_in_bf16=bf16_reduce, distributed_optimizer=False)
+    c = Candidate.of(64, 8, 4, 8, 1, 16, precision=precision, grad_reduce_in_bf16=bf16_reduce, distributed_optimizer=False)
     assert memory.bytes_per_parameter(c) == 2 + grad + 12
     w = timing.work(m, vocab, c, system)
     params = memory.parameters_on_most_loaded_shard(m, vocab, c)
@@ -658,19 +658,19 @@ def test_fp8_param_gather_keeps_and_gathers_the_linear_weights_in_one_byte():
 
     m, system = _h100_175b()
     vocab = pad_vocab(m.vocab_size, 4)
-    c = Candidate(64, 8, 4, 8, 1, 16, precision="fp8")
-    kept = replace(c, fp8_param_gather=True)
+    c = Candidate.of(64, 8, 4, 8, 1, 16, precision="fp8")
+    kept = c.changed(fp8_param_gather=True)
     linear = 12 * 452_984_832
     plain, fp8 = (timing.work(m, vocab, x, system) for x in (c, kept))
     assert plain.gather_bytes - fp8.gather_bytes == pytest.approx(15 / 16 * linear)  # dp 16, a byte less each
     assert fp8.weight_cast_bytes == pytest.approx(2 * linear) and plain.weight_cast_bytes == pytest.approx(4 * linear)
     assert plain.optimizer_bytes - fp8.optimizer_bytes == pytest.approx(linear / 16)  # the shard's weights written
-    bf16 = memory.estimate(m, vocab, replace(c, precision="bf16")).weights_and_optimizer
+    bf16 = memory.estimate(m, vocab, c.changed(precision="bf16")).weights_and_optimizer
     assert memory.estimate(m, vocab, c).weights_and_optimizer - bf16 == pytest.approx(10_871_635_968)
     assert memory.estimate(m, vocab, kept).weights_and_optimizer == pytest.approx(bf16)
     assert decode({"fp8-param-gather": True}).fp8_param_gather and not decode({}).fp8_param_gather
     # Megatron refuses it without FP8 or the distributed optimizer: so does every path into the planner
-    for wrong in (replace(kept, precision="bf16"), replace(kept, distributed_optimizer=False)):
+    for wrong in (kept.changed(precision="bf16"), kept.changed(distributed_optimizer=False)):
         assert wrong.problems(m) == [FP8_PARAM_GATHER_NEEDS]
 
 
@@ -683,6 +683,6 @@ def test_a_points_fp8_flags_plan_fp8_and_its_weights_in_fp8():
     layout = {"nodes": 64, "devices_per_node": 8, "tp": 4, "pp": 8, "mbs": 1, "gas": 16}
     flags = {"bf16": True, "fp8-format": "hybrid", "fp8-param-gather": True, "use-distributed-optimizer": True}
     c = candidate(layout, flags, m)
-    assert c.precision == "fp8" and c.fp8_param_gather and c.switch_problems() == []
-    assert candidate(layout, {**flags, "fp8-format": None}, m).switch_problems() == [FP8_PARAM_GATHER_NEEDS]
-    assert candidate(layout, {"bf16": True}, m).precision == "bf16"
+    assert c.switches.fp8 and c.switches.fp8_param_gather and c.switches.problems() == []
+    assert candidate(layout, {**flags, "fp8-format": None}, m).switches.problems() == [FP8_PARAM_GATHER_NEEDS]
+    assert candidate(layout, {"bf16": True}, m).switches.precision == "bf16"

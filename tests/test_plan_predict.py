@@ -254,9 +254,9 @@ def test_uneven_stages_need_the_memory_of_one_stage_not_the_worst_of_each():
     from nlp_bench.spec.models import get_model, pad_vocab
 
     model = get_model("llama3-70b")
-    c = Candidate(nodes=4, devices_per_node=8, tp=8, pp=4, mbs=1, gas=16, recompute="selective",
+    c = Candidate.of(nodes=4, devices_per_node=8, tp=8, pp=4, mbs=1, gas=16, recompute="selective",
                   first_stage_layers=18, last_stage_layers=22)
-    vocab = pad_vocab(model.vocab_size, c.tp)
+    vocab = pad_vocab(model.vocab_size, c.layout.tp)
     found = memory.estimate(model, vocab, c)
     per_parameter = memory.bytes_per_parameter(c)
     worst_of_each = memory.parameters_on_most_loaded_shard(model, vocab, c) * per_parameter + \

@@ -44,7 +44,7 @@ def test_the_corpus_holds_the_published_tables_with_sources(rows):
     assert len(others) >= 2 and any("BigScience" in s for s in others)
     assert len({r.id for r in rows}) == len(rows)
     # JUWELS Booster rows are only the two reference rows: its strong-scaling runs are held back
-    assert sorted(r.candidate.nodes for r in rows if r.planned.system.name == "juwels-booster") == [8, 96]
+    assert sorted(r.candidate.layout.nodes for r in rows if r.planned.system.name == "juwels-booster") == [8, 96]
 
 
 def test_each_measurement_is_converted_as_published(rows):
@@ -55,7 +55,7 @@ def test_each_measurement_is_converted_as_published(rows):
     row = by_id["selene-1008b"]
     m, c = row.planned.model, row.candidate
     seconds = flops.jupiter_flops(m.flops_shape(3072, 51200, recompute=True)) / (3072 * 163e12)
-    assert c.global_batch_size == 3072 and row.tokens_per_s == pytest.approx(3072 * 2048 / seconds)
+    assert c.layout.global_batch_size == 3072 and row.tokens_per_s == pytest.approx(3072 * 2048 / seconds)
     # the README's GPT-3 example: ~32 s per iteration at 138 TFLOP/s, as the README says
     readme = by_id["megatron-readme-gpt3-175b"]
     assert 1536 * 2048 / readme.tokens_per_s == pytest.approx(32, rel=0.02)
@@ -144,8 +144,8 @@ def test_a_switch_the_corpus_does_not_give_keeps_megatrons_default(tmp_path):
     text = corpus_path().read_text().replace("  gradient_accumulation_fusion: true\n", "", 1)
     (tmp_path / "corpus.yaml").write_text(text)
     by_id = {r.id: r.candidate for r in load_corpus(tmp_path / "corpus.yaml")}
-    assert by_id["jupiter-175b-96n"].gradient_accumulation_fusion is True
-    assert by_id["selene-1.7b"].gradient_accumulation_fusion is False
+    assert by_id["jupiter-175b-96n"].switches.gradient_accumulation_fusion is True
+    assert by_id["selene-1.7b"].switches.gradient_accumulation_fusion is False
 
 
 def test_every_fitted_efficiency_is_at_most_one_and_a_pinned_one_names_its_term(trust):
@@ -153,7 +153,7 @@ def test_every_fitted_efficiency_is_at_most_one_and_a_pinned_one_names_its_term(
     assert 0 < eff.gemm <= 1 and 0 < eff.network <= 1 and 0 < eff.memory <= 1
     assert all(" = 1: " in line or line.startswith("gemm_half = 8: ") for line in trust.pinned)
     # rows faster than the peak allows: the fit stops at 1 and says compute is what it cannot explain
-    c = Candidate(1, 8, 8, 1, 1, 1)
+    c = Candidate.of(1, 8, 8, 1, 1, 1)
     m, system = get_model("gpt-13b"), load_system("selene")
     w = timing.work(m, pad_vocab(m.vocab_size, 8), c, system)
     fastest = 2048 / timing.timed(w, timing.Efficiency(1.0, 8.0, 1.0, 1.0)).iteration_s
@@ -186,7 +186,7 @@ def test_weights_pull_the_fit_toward_the_heavier_point():
 def test_constants_few_rows_leave_free_stay_near_what_the_device_measured():
     import math
 
-    c = Candidate(1, 8, 8, 1, 1, 1)
+    c = Candidate.of(1, 8, 8, 1, 1, 1)
     m, system = get_model("gpt-13b"), load_system("selene")
     w = timing.work(m, pad_vocab(m.vocab_size, 8), c, system)
     truth = timing.Efficiency(0.85, 130.0, 0.8, 0.3)  # memory far from the prior's 0.87
@@ -237,9 +237,10 @@ def test_validate_json_is_the_documented_contract(tmp_path):
 @pytest.mark.parametrize("nodes", [48, 96, 192])
 def test_the_reference_layout_fits_on_juwels_booster(nodes):
     base = points.from_point(load_benchmark("nlp").point("175", "juwels-booster"))
-    c = replace(base.candidate, nodes=nodes)
-    assert (c.tp, c.pp, c.vp, c.mbs, c.gas, c.recompute, c.distributed_optimizer) == (8, 8, 1, 1, 16, "selective",
-                                                                                      True)
+    c = base.candidate.changed(nodes=nodes)
+    lay, on = c.layout, c.switches
+    assert (lay.tp, lay.pp, lay.vp, lay.mbs, lay.gas, on.recompute, on.distributed_optimizer) == (8, 8, 1, 1, 16, "selective",
+                                                                                                  True)
     assert memory.estimate(base.model, pad_vocab(base.model.vocab_size, 8), c).gib <= 40
 
 
@@ -259,10 +260,10 @@ def test_predictions_carry_an_interval_and_say_when_they_extrapolate(tmp_path):
 
 def test_overlap_hides_only_what_the_backward_covers():
     m, system = get_model("gpt-175b"), load_system("juwels-booster")
-    c = Candidate(96, 4, 8, 8, 1, 16)
+    c = Candidate.of(96, 4, 8, 8, 1, 16)
     eff = timing.Efficiency()
     plain = timing.estimate(m, pad_vocab(m.vocab_size, 8), c, system, eff)
-    hidden = timing.estimate(m, pad_vocab(m.vocab_size, 8), replace(c, overlap_grad_reduce=True,
+    hidden = timing.estimate(m, pad_vocab(m.vocab_size, 8), c.changed(overlap_grad_reduce=True,
                                                                       overlap_param_gather=True), system, eff)
     assert plain.dp_exposed_s == pytest.approx(plain.dp_s)
     assert hidden.dp_exposed_s < plain.dp_exposed_s
@@ -276,16 +277,16 @@ def test_a_switchless_node_gives_a_small_group_only_its_direct_links():
     m = get_model("gpt-13b")
     booster, selene = load_system("juwels-booster"), load_system("selene")
     vocab = pad_vocab(m.vocab_size, 2)
-    pair = timing.work(m, vocab, Candidate(8, 4, 2, 4, 1, 256), booster)
+    pair = timing.work(m, vocab, Candidate.of(8, 4, 2, 4, 1, 256), booster)
     assert pair.tp_bandwidth == pytest.approx(100e9)
-    assert timing.work(m, vocab, Candidate(8, 4, 4, 1, 1, 256), booster).tp_bandwidth == pytest.approx(300e9)
-    assert timing.work(m, vocab, Candidate(4, 8, 2, 4, 1, 256), selene).tp_bandwidth == pytest.approx(300e9)
+    assert timing.work(m, vocab, Candidate.of(8, 4, 4, 1, 1, 256), booster).tp_bandwidth == pytest.approx(300e9)
+    assert timing.work(m, vocab, Candidate.of(4, 8, 2, 4, 1, 256), selene).tp_bandwidth == pytest.approx(300e9)
     # pipeline neighbours inside one node send over their direct link
-    assert timing.work(m, vocab, Candidate(1, 4, 2, 2, 1, 8), booster).p2p_bandwidth == pytest.approx(100e9)
+    assert timing.work(m, vocab, Candidate.of(1, 4, 2, 2, 1, 8), booster).p2p_bandwidth == pytest.approx(100e9)
     # a data-parallel group inside one node reaches its members over (k - 1) links
-    assert timing.work(m, vocab, Candidate(1, 4, 1, 1, 1, 8), booster).dp_bandwidth == pytest.approx(300e9)
-    assert timing.work(m, vocab, Candidate(1, 4, 2, 1, 1, 8), booster).dp_bandwidth == pytest.approx(100e9)
-    switched = timing.work(m, vocab, Candidate(8, 4, 2, 4, 1, 256), replace(booster, intra_node_pair_gbps=None))
+    assert timing.work(m, vocab, Candidate.of(1, 4, 1, 1, 1, 8), booster).dp_bandwidth == pytest.approx(300e9)
+    assert timing.work(m, vocab, Candidate.of(1, 4, 2, 1, 1, 8), booster).dp_bandwidth == pytest.approx(100e9)
+    switched = timing.work(m, vocab, Candidate.of(8, 4, 2, 4, 1, 256), replace(booster, intra_node_pair_gbps=None))
     eff = timing.Efficiency()
     assert timing.timed(pair, eff).tp_s > 2.5 * timing.timed(switched, eff).tp_s
 
@@ -339,7 +340,7 @@ def test_a_sweep_cell_is_estimated_as_the_planner_would_plan_it(tmp_path):
     path.write_text(json.dumps({"tables": [table]}))
     ran, failed = load_outcomes(path)
     assert ran.ran and not failed.ran and ran.id == "t/tp2-cp2-pp1-mbs1-8"
-    c = Candidate(2, 4, 2, 1, 1, 32, cp=2, recompute="none")
+    c = Candidate.of(2, 4, 2, 1, 1, 32, cp=2, recompute="none")
     model = replace(get_model("llama3-8b"), seq_length=16384, max_position_embeddings=16384)
     assert ran.predicted_gib == pytest.approx(memory.estimate(model, pad_vocab(model.vocab_size, 2), c).gib)
     assert failed.predicted_gib > 40 and not failed.predicted_to_fit

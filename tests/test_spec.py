@@ -110,7 +110,7 @@ def test_one_home_for_the_layout_rules():
     per_chunk = parallel_violations(world=64, tp=1, pp=8, num_layers=96, num_attention_heads=96, ffn_hidden_size=4,
                                     layers_per_chunk=6, micro_batches=12)
     assert [v.rule for v in chunks] == [v.rule for v in per_chunk] == ["vp-microbatches"]
-    assert Candidate(16, 4, 1, 8, 1, 12, vp=2).problems(m)[-1] == chunks[0].message.replace("(12)", "(12)")
+    assert Candidate.of(16, 4, 1, 8, 1, 12, vp=2).problems(m)[-1] == chunks[0].message.replace("(12)", "(12)")
 
 
 # ---- the YAML loader every file goes through (spec.yamlio) ----

@@ -154,7 +154,7 @@ def test_the_planners_layer_time_meets_the_h200s_measured_layers():
     for seq, shape, row in _measured_layers():
         model = replace(get_model("gpt-tiny"), num_layers=4, hidden_size=shape["hidden"], ffn_hidden_size=4 * shape["hidden"],
                         num_attention_heads=shape["heads"], seq_length=seq, vocab_size=128)
-        c = Candidate(nodes=1, devices_per_node=8, tp=shape["tp"], pp=1, mbs=row["mbs"], gas=1, recompute="none",
+        c = Candidate.of(nodes=1, devices_per_node=8, tp=shape["tp"], pp=1, mbs=row["mbs"], gas=1, recompute="none",
                       sequence_parallel=False, flash_attention=True, precision="bf16")
         predicted = timing.timed(timing.work(model, 128, c, h200), eff).compute_s / 4 * 1e3
         errors[(seq, shape["hidden"], shape["tp"], row["tokens"])] = predicted / row["layer_ms"] - 1

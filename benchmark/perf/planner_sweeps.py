@@ -24,6 +24,7 @@ from pathlib import Path
 
 from nlp_bench.plan import outcomes, timing, validation
 from nlp_bench.plan.candidate import Candidate
+from nlp_bench.spec.layout import Layout
 from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
 from nlp_bench.spec.systems import load_system_file
 from nlp_bench.spec.yamlio import load_yaml
@@ -58,15 +59,15 @@ def main() -> None:
         for tp, cp, pp, mbs, gpus, figure in table["cells"]:
             if figure is None or gpus % system.devices_per_node:
                 continue
-            dp = gpus // (tp * cp * pp)
-            c = Candidate(nodes=gpus // system.devices_per_node, devices_per_node=system.devices_per_node, tp=tp,
-                          pp=pp, cp=cp, mbs=mbs, gas=table["global_batch_size"] // (dp * mbs),
-                          recompute=table["recompute"], sequence_parallel=table["sequence_parallel"],
+            nodes = gpus // system.devices_per_node
+            gas = Layout(nodes, system.devices_per_node, tp, pp, mbs, 1, cp=cp).steps_for(table["global_batch_size"])
+            c = Candidate.of(nodes=nodes, devices_per_node=system.devices_per_node, tp=tp, pp=pp, cp=cp, mbs=mbs,
+                             gas=gas, recompute=table["recompute"], sequence_parallel=table["sequence_parallel"],
                           distributed_optimizer=table["distributed_optimizer"], precision=table["precision"],
                           flash_attention=True)
             vocab = pad_vocab(model.vocab_size, tp)
             predicted = timing.estimate(model, vocab, c, system, trust.efficiency).iteration_s
-            measured = megatron_09_flops(model, c.global_batch_size, vocab) / (figure * 1e12 * gpus)
+            measured = megatron_09_flops(model, c.layout.global_batch_size, vocab) / (figure * 1e12 * gpus)
             error = measured / predicted - 1
             by_cp[cp].append(error)
             if args.rows:

@@ -52,7 +52,7 @@ def _batch_space(space: dict, base: points.Planned) -> dict:
     batch is given; keep-global-batch (the default) is the space's own way."""
     rule = space.pop("batch", None) or DEFAULT_BATCH_RULE
     if rule == KEEP_GAS and not space.get("gas") and not space.get("global_batch_size"):
-        space["gas"] = (base.candidate.gas,)
+        space["gas"] = (base.candidate.layout.gas,)
     return space
 
 
@@ -71,7 +71,7 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
     space = _batch_space(space, base)
     basis = trust(results_dir)
     eff, calibrated = efficiency(results_dir, base.system.name, basis)
-    nodes = space.pop("nodes") or (base.candidate.nodes,)
+    nodes = space.pop("nodes") or (base.candidate.layout.nodes,)
     try:
         good, pruned = ranking.rank(base.model, base.system, Space(nodes=tuple(nodes), **space), base.candidate, eff,
                                     basis)
@@ -167,7 +167,7 @@ def memory_check() -> dict:
     misses: list[str] = []
     for row in load_corpus():
         p = row.planned
-        gib = memory.estimate(p.model, pad_vocab(p.model.vocab_size, p.candidate.tp), p.candidate).gib
+        gib = memory.estimate(p.model, pad_vocab(p.model.vocab_size, p.candidate.layout.tp), p.candidate).gib
         ok = p.system.device_memory_gib is None or gib <= p.system.device_memory_gib
         ran, fit = ran + 1, fit + ok
         if not ok:

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from nlp_bench.cli.one_line import DefaultGroup, renamed
+from nlp_bench.plan.explicit import row_help
 from nlp_bench.spec.batch import BATCH_RULES
 from nlp_bench.spec.switches import RECOMPUTE
 
@@ -166,7 +167,7 @@ def plan_validate(ctx: click.Context, as_json: bool) -> None:
     click.echo(dumps(found) if as_json else render_validation(found), nl=as_json)
 
 
-@plan.command("predict")
+@plan.command("predict", epilog="\b\nA row's keys:\n" + row_help())
 @click.argument("rows_file", metavar="ROWS.yaml", type=click.Path(dir_okay=False, path_type=Path))
 @_JSON
 @click.pass_context
@@ -174,10 +175,8 @@ def plan_predict(ctx: click.Context, rows_file: Path, as_json: bool) -> None:
     """Predict layouts stated outright: ROWS.yaml holds `rows:`, each with an id, a model (a preset, or
     Megatron-LM's flag names without --: num-layers, hidden-size, num-attention-heads, num-query-groups,
     ffn-hidden-size, seq-length, vocab-size, swiglu, ...), a system (profile name or file), gpus or nodes,
-    tp, pp, cp, vp, mbs, global_batch_size, recompute, sequence_parallel, distributed_optimizer, precision
-    (bf16, fp16, fp8), decoder_first/last_pipeline_num_layers, tp_comm_overlap, grad_reduce_in_bf16,
-    fp8_param_gather, and gradient_accumulation_fusion, async_tp_allreduce and overlap_p2p_comm (default true). A row that cannot be laid
-    out or timed is answered with no figures and the reason, never ignored."""
+    the parallel sizes, the global batch and any setting (listed below). A row that cannot be laid out or
+    timed is answered with no figures and the reason, never ignored."""
     from nlp_bench.app import planning
     from nlp_bench.fsio import dumps
     from nlp_bench.report.plan_text import render_predictions

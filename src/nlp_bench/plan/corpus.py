@@ -12,20 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench import flops
-from nlp_bench.errors import PlanError
+from nlp_bench.errors import PlanError, SpecError
 from nlp_bench.paths import reference_dir
-from nlp_bench.plan.candidate import Candidate
+from nlp_bench.plan.candidate import STATED_START, Candidate
 from nlp_bench.plan.points import Planned
+from nlp_bench.spec.layout import Layout
 from nlp_bench.spec.models import ModelSpec, get_model
-from nlp_bench.spec.switches import RECOMPUTE
+from nlp_bench.spec.switches import settings
 from nlp_bench.spec.systems import System, load_system
 from nlp_bench.spec.yamlio import load_yaml
 
 CORPUS_FILE = "planner-corpus.yaml"
-_SWITCHES = ("vp", "recompute", "precision", "sequence_parallel", "distributed_optimizer", "flash_attention",
-             "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
-             "async_tp_allreduce", "tp_comm_overlap", "overlap_p2p_comm", "grad_reduce_in_bf16",
-             "fp8_param_gather")
 _MEASURES = ("iteration_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu")
 _CONVENTIONS = {"narayanan"}  # 96·B·s·L·h²(1 + s/6h + V/16Lh): flops.jupiter_flops with recompute
 
@@ -78,7 +75,7 @@ def _tokens_per_s(row: dict[str, Any], model: ModelSpec, c: Candidate, where: st
     if len(given) != 1:
         raise PlanError(f"{where}: give exactly one of {', '.join(_MEASURES)}")
     value = float(row[given[0]])
-    tokens = c.global_batch_size * model.seq_length
+    tokens = c.layout.global_batch_size * model.seq_length
     if given[0] == "tokens_per_s":
         return value
     if given[0] == "samples_per_s":
@@ -87,8 +84,8 @@ def _tokens_per_s(row: dict[str, Any], model: ModelSpec, c: Candidate, where: st
         return tokens / value
     if row.get("flops") not in _CONVENTIONS:
         raise PlanError(f"{where}: tflops_per_gpu needs flops: one of {', '.join(sorted(_CONVENTIONS))}")
-    shape = model.flops_shape(c.global_batch_size, model.vocab_size, recompute=True)
-    seconds = flops.jupiter_flops(shape) / (c.world * value * 1e12)
+    shape = model.flops_shape(c.layout.global_batch_size, model.vocab_size, recompute=True)
+    seconds = flops.jupiter_flops(shape) / (c.layout.world * value * 1e12)
     return tokens / seconds
 
 
@@ -102,16 +99,14 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
         where = f"{path.name} row {row.get('id', i + 1)}"
         system = load_system(row["system"])
         model = _model(row["model"], defaults, where)
-        # a switch neither the row nor the defaults give keeps the Candidate's default (Megatron's)
-        switches = {k: row.get(k, defaults.get(k)) for k in _SWITCHES if k in row or k in defaults}
-        if switches.get("recompute", Candidate.recompute) not in RECOMPUTE:
-            raise PlanError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}")
-        layout = row["layout"]
-        c = Candidate(nodes=layout["nodes"], devices_per_node=system.devices_per_node, tp=layout["tp"],
-                      pp=layout["pp"], mbs=layout["mbs"], gas=layout["gas"],
-                      **{**switches, "vp": layout.get("vp", switches.get("vp", Candidate.vp))})
-        for problem in c.switch_problems():
-            raise PlanError(f"{where}: {problem}")
+        # a setting neither the row nor the defaults give keeps Megatron-LM's current default
+        try:
+            switches = settings({**defaults, **row}, STATED_START, where)
+        except SpecError as exc:
+            raise PlanError(str(exc)) from None
+        sizes = {k: v for k, v in row["layout"].items() if k != "nodes"}
+        layout = Layout(row["layout"]["nodes"], system.devices_per_node, **{"vp": defaults.get("vp", 1), **sizes})
+        c = Candidate(layout, switches)
         publication = row.get("publication")
         if not isinstance(publication, str) or not publication.strip():
             raise PlanError(f"{where}: publication is required (validation holds out whole publications)")
@@ -147,24 +142,24 @@ class Ranges:
         precision and attention the corpus fitted on; empty when it is inside."""
         billions = model.parameters(vocab_padded) / 1e9
         out = []
-        for name, value, (lo, hi) in (("devices", c.world, self.devices), ("model size (B)", billions, self.billions),
-                                      ("tp", c.tp, self.tp), ("pp", c.pp, self.pp),
+        for name, value, (lo, hi) in (("devices", c.layout.world, self.devices), ("model size (B)", billions, self.billions),
+                                      ("tp", c.layout.tp, self.tp), ("pp", c.layout.pp, self.pp),
                                       ("sequence", model.seq_length, self.seq_length),
                                       ("vocabulary", model.vocab_size, self.vocab)):
             if not lo <= value <= hi:
                 out.append(f"{name} {value:g} outside {lo:g}..{hi:g}")
         for name, value, seen in (("device", system.device_name, self.device_names),
-                                  ("precision", c.precision, self.precisions)):
+                                  ("precision", c.switches.compute_precision, self.precisions)):
             if value not in seen:
                 out.append(f"{name} {value} not in the corpus ({', '.join(sorted(seen))})")
         if model.query_groups < model.num_attention_heads and not self.grouped_query:
             out.append(f"grouped-query attention ({model.query_groups} groups for {model.num_attention_heads} heads) "
                        "not in the corpus")
-        if c.cp > self.cp:
-            out.append(f"context parallelism (cp {c.cp}) beyond the corpus's {self.cp}")
-        if (c.first_stage_layers is not None or c.last_stage_layers is not None) and not self.uneven_stages:
+        if c.layout.cp > self.cp:
+            out.append(f"context parallelism (cp {c.layout.cp}) beyond the corpus's {self.cp}")
+        if (c.layout.first_stage_layers is not None or c.layout.last_stage_layers is not None) and not self.uneven_stages:
             out.append("uneven pipeline stages not in the corpus")
-        if c.tp_comm_overlap and not self.tp_overlap:
+        if c.switches.tp_comm_overlap and not self.tp_overlap:
             out.append("tensor-parallel communication overlap not in the corpus")
         return out
 
@@ -175,14 +170,14 @@ def ranges(rows: list[CorpusRow]) -> Ranges:
         return min(values), max(values)
 
     models = [r.planned.model for r in rows]
-    return Ranges(span(r.candidate.world for r in rows),
+    return Ranges(span(r.candidate.layout.world for r in rows),
                   span(round(m.parameters(m.vocab_size) / 1e9, 1) for m in models),
-                  span(r.candidate.tp for r in rows), span(r.candidate.pp for r in rows),
+                  span(r.candidate.layout.tp for r in rows), span(r.candidate.layout.pp for r in rows),
                   span(m.seq_length for m in models), span(m.vocab_size for m in models),
                   frozenset(r.planned.system.device_name for r in rows),
-                  frozenset(r.candidate.precision for r in rows),
+                  frozenset(r.candidate.switches.compute_precision for r in rows),
                   any(m.query_groups < m.num_attention_heads for m in models),
-                  max(r.candidate.cp for r in rows),
-                  any(r.candidate.first_stage_layers is not None or r.candidate.last_stage_layers is not None
+                  max(r.candidate.layout.cp for r in rows),
+                  any(r.candidate.layout.first_stage_layers is not None or r.candidate.layout.last_stage_layers is not None
                       for r in rows),
-                  any(r.candidate.tp_comm_overlap for r in rows))
+                  any(r.candidate.switches.tp_comm_overlap for r in rows))

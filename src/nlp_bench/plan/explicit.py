@@ -1,22 +1,12 @@
 """Layouts a user states outright (`bench plan predict ROWS.yaml`), and models given by Megatron-LM's flags
 (`bench plan --model`): how someone checks a published figure without writing a benchmark tag.
 
-A rows file is a mapping with `rows:`, each row a mapping:
-
-    id: a name for the row (required)
-    model: a preset name, or a mapping of Megatron-LM flag names without `--` (num-layers, hidden-size,
-           num-attention-heads, num-query-groups, ffn-hidden-size, seq-length, vocab-size, swiglu, ...)
-    system: a system profile name, or the path of a profile file
-    gpus | nodes: the allocation (gpus a multiple of the profile's devices per node)
-    tp, pp, cp, vp, mbs (default 1), global_batch_size (required)
-    recompute: none | selective | full (default none, as Megatron-LM), sequence_parallel,
-    distributed_optimizer (default false, as Megatron-LM), precision: bf16 | fp16 | fp8 (default bf16),
-    decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers, tp_comm_overlap,
-    gradient_accumulation_fusion (default true, as Megatron-LM; false for --no-gradient-accumulation-fusion),
-    async_tp_allreduce (default true; false for --no-async-tensor-model-parallel-allreduce),
-    overlap_p2p_comm (default true, as Megatron-LM since October 2023; false for
-    --no-overlap-p2p-communication), grad_reduce_in_bf16 (default false; true for --grad-reduce-in-bf16),
-    fp8_param_gather (default false; true for --fp8-param-gather: precision fp8 and the distributed optimizer)
+A rows file is a mapping with `rows:`, each row a mapping: `id` (required), `model` (a preset name, or a
+mapping of Megatron-LM flag names without `--`), `system` (a profile name or the path of a profile file),
+`gpus` or `nodes`, the parallel sizes (`ROW_SIZES`: tp, pp, cp, vp, mbs, and the uneven pipeline's
+decoder_first/last_pipeline_num_layers), `global_batch_size` (required), and any setting of spec.Switches by
+its field name (`row_help()` lists them with their defaults, Megatron-LM's current ones with bf16 and flash
+attention).
 
 A row whose layout cannot be laid out (tp x cp x pp not dividing the devices, a global batch that dp x mbs
 does not divide) is answered with no prediction and the reason.
@@ -30,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench.errors import PlanError, SpecError
-from nlp_bench.plan.candidate import Candidate
+from nlp_bench.plan.candidate import STATED_START, Candidate
 from nlp_bench.plan.points import Planned
+from nlp_bench.spec.layout import Layout, tiles
 from nlp_bench.spec.models import PRESETS, ModelSpec, from_flags, get_model
-from nlp_bench.spec.switches import RECOMPUTE
+from nlp_bench.spec.switches import SETTING_KEYS, setting_help, settings
 from nlp_bench.spec.systems import System, load_system, load_system_file
 from nlp_bench.spec.yamlio import load_yaml
 
@@ -45,15 +36,18 @@ _CHOICE_FLAGS = {"normalization": ("LayerNorm", "RMSNorm"), "position-embedding-
 MAPPING_FLAGS = (*_INT_FLAGS, *_SWITCH_FLAGS, *_CHOICE_FLAGS, "name")
 _REQUIRED_MODEL = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "vocab-size")
 
-_ROW_INTS = ("gpus", "nodes", "tp", "pp", "cp", "vp", "mbs", "global_batch_size",
-             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
-#: switches whose Candidate default is Megatron-LM's own, so a row that leaves one out keeps it
-_MEGATRON_DEFAULTS = ("gradient_accumulation_fusion", "async_tp_allreduce", "overlap_p2p_comm", "grad_reduce_in_bf16",
-                      "fp8_param_gather")
-_ROW_SWITCHES = ("sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "flash_attention",
-                 "overlap_grad_reduce", "overlap_param_gather", *_MEGATRON_DEFAULTS)
-ROW_PRECISIONS = ("bf16", "fp16", "fp8")
-ROW_KEYS = ("id", "model", "system", "recompute", "precision", *_ROW_INTS, *_ROW_SWITCHES)
+#: a row's parallel sizes by its key, and the Layout field each becomes
+ROW_SIZES = {"tp": "tp", "pp": "pp", "cp": "cp", "vp": "vp", "mbs": "mbs",
+             "decoder_first_pipeline_num_layers": "first_stage_layers",
+             "decoder_last_pipeline_num_layers": "last_stage_layers"}
+_ROW_INTS = ("gpus", "nodes", "global_batch_size", *ROW_SIZES)
+ROW_KEYS = ("id", "model", "system", *_ROW_INTS, *SETTING_KEYS)
+
+
+def row_help() -> str:
+    """The keys a row may give, for `bench plan predict --help` and its errors."""
+    return (f"id, model, system, gpus | nodes, global_batch_size, {', '.join(ROW_SIZES)}; and the settings:\n"
+            + setting_help(STATED_START))
 
 
 @dataclass(frozen=True)
@@ -149,21 +143,16 @@ def read_row(row: Any, index: int, source: str) -> Row:
     unknown = sorted(set(row) - set(ROW_KEYS))
     if unknown:
         raise SpecError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(ROW_KEYS)}")
-    _check_types(row, _ROW_INTS, _ROW_SWITCHES, f"{where}:")
+    _check_types(row, _ROW_INTS, (), f"{where}:")
     for key in ("model", "system", "global_batch_size"):
         if key not in row:
             raise SpecError(f"{where}: {key} is required")
     if ("gpus" in row) == ("nodes" in row):
         raise SpecError(f"{where}: give exactly one of gpus and nodes")
-    recompute = row.get("recompute", "none")
-    if recompute not in RECOMPUTE:
-        raise SpecError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    precision = row.get("precision", "bf16")
-    if precision not in ROW_PRECISIONS:
-        raise SpecError(f"{where}: precision must be one of {', '.join(ROW_PRECISIONS)}, got {precision!r}")
     try:
         model = _row_model(row["model"], where)
         system = _system(row["system"], where, Path(source).parent)
+        switches = settings(row, STATED_START, where)
     except SpecError as exc:  # a preset or profile that cannot be read: say which row named it
         message = str(exc)
         raise SpecError(message if message.startswith(where) else f"{where}: {message}") from None
@@ -172,34 +161,21 @@ def read_row(row: Any, index: int, source: str) -> Row:
         raise SpecError(f"{where}: gpus {row['gpus']} is not a whole number of {system.name}'s "
                         f"{per_node}-device nodes")
     nodes = row["nodes"] if "nodes" in row else row["gpus"] // per_node
-    tp, pp, mbs = row.get("tp", 1), row.get("pp", 1), row.get("mbs", 1)
-    stated = {"model": model.name, "system": system.name, "nodes": nodes, "tp": tp, "pp": pp,
-              "cp": row.get("cp", 1), "vp": row.get("vp", 1), "mbs": mbs,
-              "global_batch_size": row["global_batch_size"], "recompute": recompute,
-              "distributed_optimizer": row.get("distributed_optimizer", False),
-              "sequence_parallel": row.get("sequence_parallel", False)}
-    if row.get("tp_comm_overlap") and not row.get("sequence_parallel"):
-        raise SpecError(f"{where}: tp_comm_overlap needs sequence_parallel (Megatron-LM refuses it without)")
-    cp = row.get("cp", 1)
-    world = nodes * per_node
-    if world % (tp * pp * cp):
-        return Row(str(ident), None, f"tp {tp} x cp {cp} x pp {pp} does not divide the {world} devices", stated)
-    dp = world // (tp * pp * cp)
-    if row["global_batch_size"] % (dp * mbs):
+    layout = Layout(nodes, per_node, gas=1, **{"tp": 1, "pp": 1, "mbs": 1,
+                                               **{field: row[key] for key, field in ROW_SIZES.items() if key in row}})
+    stated = {"model": model.name, "system": system.name, "nodes": nodes, "tp": layout.tp, "pp": layout.pp,
+              "cp": layout.cp, "vp": layout.vp, "mbs": layout.mbs, "global_batch_size": row["global_batch_size"],
+              "recompute": switches.recompute, "distributed_optimizer": switches.distributed_optimizer,
+              "sequence_parallel": switches.sequence_parallel}
+    if not tiles(layout.world, layout.tp, layout.pp, layout.cp):
+        return Row(str(ident), None, f"tp {layout.tp} x cp {layout.cp} x pp {layout.pp} does not divide the "
+                                     f"{layout.world} devices", stated)
+    gas = layout.steps_for(row["global_batch_size"])
+    if gas is None:
         return Row(str(ident), None, f"the global batch {row['global_batch_size']} is not a multiple of "
-                                     f"dp {dp} x mbs {mbs}", stated)
-    c = Candidate(nodes=nodes, devices_per_node=per_node, tp=tp, pp=pp, mbs=mbs,
-                  gas=row["global_batch_size"] // (dp * mbs), vp=row.get("vp", 1), recompute=recompute,
-                  distributed_optimizer=row.get("distributed_optimizer", False),
-                  sequence_parallel=row.get("sequence_parallel", False),
-                  flash_attention=row.get("flash_attention", True), precision=precision,
-                  overlap_grad_reduce=row.get("overlap_grad_reduce", False),
-                  overlap_param_gather=row.get("overlap_param_gather", False), cp=cp,
-                  first_stage_layers=row.get("decoder_first_pipeline_num_layers"),
-                  last_stage_layers=row.get("decoder_last_pipeline_num_layers"),
-                  tp_comm_overlap=row.get("tp_comm_overlap", False),
-                  **{k: row[k] for k in _MEGATRON_DEFAULTS if k in row})
-    for problem in c.switch_problems():
+                                     f"dp {layout.dp} x mbs {layout.mbs}", stated)
+    c = Candidate(replace(layout, gas=gas), switches)
+    for problem in c.setting_problems():
         raise SpecError(f"{where}: {problem}")
     return Row(str(ident), Planned(model, system, c), stated=stated)
 

@@ -41,21 +41,23 @@ def _stage_parameters(model: ModelSpec, vocab_padded: int, c: Candidate) -> list
     over tp: each stage's share of the layers, the word embedding on the first stage and the output layer
     (untied) or the embedding's copy (tied) on the last. Where tp exceeds the query groups, each rank keeps a
     whole key/value head (a copy) rather than 1/tp of them."""
+    lay = c.layout
     embedding = model.hidden_size * vocab_padded
     kv = 2 * model.query_groups * model.head_dim * model.hidden_size
-    copies = kv * (1 / model.query_groups - 1 / c.tp) if c.tp > model.query_groups else 0.0
-    per_layer = transformer_parameters(model) / model.num_layers / c.tp + copies
-    first, middle, last = c.stage_layers(model.num_layers)
-    if c.pp == 1:
-        return [first * per_layer + embedding / c.tp * (2 if model.untie_embeddings else 1)]
-    ends = embedding / c.tp
-    return [first * per_layer + ends, *([middle * per_layer] if c.pp > 2 else []), last * per_layer + ends]
+    copies = kv * (1 / model.query_groups - 1 / lay.tp) if lay.tp > model.query_groups else 0.0
+    per_layer = transformer_parameters(model) / model.num_layers / lay.tp + copies
+    first, middle, last = lay.stage_layers(model.num_layers)
+    if lay.pp == 1:
+        return [first * per_layer + embedding / lay.tp * (2 if model.untie_embeddings else 1)]
+    ends = embedding / lay.tp
+    return [first * per_layer + ends, *([middle * per_layer] if lay.pp > 2 else []), last * per_layer + ends]
 
 
 def _stage_layer_counts(model: ModelSpec, c: Candidate) -> list[float]:
     """The transformer layers of the stages _stage_parameters lists, in its order."""
-    first, middle, last = c.stage_layers(model.num_layers)
-    return [first] if c.pp == 1 else [first, *([middle] if c.pp > 2 else []), last]
+    lay = c.layout
+    first, middle, last = lay.stage_layers(model.num_layers)
+    return [first] if lay.pp == 1 else [first, *([middle] if lay.pp > 2 else []), last]
 
 
 def most_loaded_shard(model: ModelSpec, vocab_padded: int, c: Candidate) -> tuple[float, float]:
@@ -72,7 +74,7 @@ def fp8_weight_copies(c: Candidate) -> float:
     """Bytes a linear weight keeps beyond its 16 bits with FP8: Transformer Engine caches its FP8 cast as is
     and transposed across micro-batches (2); with --fp8-param-gather the weight itself is the FP8 one (a byte
     in place of two) and only its transpose is kept beside it (0 beyond the 16 bits)."""
-    if c.precision != "fp8" or c.fp8_param_gather:
+    if not c.switches.fp8 or c.switches.fp8_param_gather:
         return 0.0
     return 2.0
 
@@ -83,29 +85,31 @@ def bytes_per_parameter(c: Candidate) -> float:
     fp32 training has no master. The gradient buffer is 16-bit where Megatron accumulates in the weights'
     type: with fp16 (Megatron's default there; --accumulate-allreduce-grads-in-fp32 is not read) and with
     --grad-reduce-in-bf16. FP8's copies of the linear weights are counted apart (`fp8_weight_copies`)."""
-    if c.precision == "fp32":
-        return 16.0 if not c.distributed_optimizer else 8.0 + 8.0 / c.weight_replicas
-    grad = 2.0 if c.precision == "fp16" or c.grad_reduce_in_bf16 else 4.0
-    return 2.0 + grad + (12.0 if not c.distributed_optimizer else 12.0 / c.weight_replicas)
+    lay, on = c.layout, c.switches
+    if on.precision == "fp32":
+        return 16.0 if not on.distributed_optimizer else 8.0 + 8.0 / lay.weight_replicas
+    grad = 2.0 if on.precision == "fp16" or on.grad_reduce_in_bf16 else 4.0
+    return 2.0 + grad + (12.0 if not on.distributed_optimizer else 12.0 / lay.weight_replicas)
 
 
 def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None = None) -> float:
     """One layer, one micro-batch, on one device (16-bit), with the candidate's recompute or `recompute`;
     context parallelism splits the sequence."""
-    s, b, h, a, t = model.seq_length / c.cp, c.mbs, model.hidden_size, model.num_attention_heads, c.tp
-    recompute = recompute or c.recompute
+    lay, on = c.layout, c.switches
+    s, b, h, a, t = model.seq_length / lay.cp, lay.mbs, model.hidden_size, model.num_attention_heads, lay.tp
+    recompute = recompute or on.recompute
     sbh = s * b * h
     if recompute == "full":
-        return 2 * sbh / (t if c.sequence_parallel else 1)
+        return 2 * sbh / (t if on.sequence_parallel else 1)
     # the tensor-parallel part: queries and the output projection's input (2 + 2), the MLP's first output (2,
     # or 4 with SwiGLU's gate, times ffn/h) and its activation's output (2 ffn/h), and the keys and values of
     # the query groups (2 + 2 times g/n); 24 for multi-head attention with a GeLU MLP of 4h
     split = 4 + (6 if model.swiglu else 4) * model.ffn_hidden_size / h
     # keys and values: a rank keeps g/tp groups, or one whole group where tp exceeds them
     kv = 4 * model.query_groups / model.num_attention_heads * sbh / min(t, model.query_groups)
-    per_layer = (10 + split) * sbh / t if c.sequence_parallel else (10 + split / t) * sbh
+    per_layer = (10 + split) * sbh / t if on.sequence_parallel else (10 + split / t) * sbh
     per_layer += kv
-    if recompute == "none" and not c.flash_attention:
+    if recompute == "none" and not on.flash_attention:
         per_layer += 5 * a * s * s * b / t
     return per_layer
 
@@ -115,22 +119,23 @@ def _stage_activations(model: ModelSpec, vocab_padded: int, c: Candidate) -> lis
     for each of up to pp - k micro-batches in flight (fewer when gas is smaller; more, by Megatron's
     interleaving penalty, with vp > 1), the first also the embedding's input and dropout, and a single stage
     the output layer and loss. Context parallelism splits every sequence over cp ranks."""
-    s, b, h = model.seq_length / c.cp, c.mbs, model.hidden_size
-    tp_part = layer_activation_bytes(model, c) * c.tp  # Megatron divides by tp at the end
-    first, middle, last = c.stage_layers(model.num_layers)
+    lay, on = c.layout, c.switches
+    s, b, h = model.seq_length / lay.cp, lay.mbs, model.hidden_size
+    tp_part = layer_activation_bytes(model, c) * lay.tp  # Megatron divides by tp at the end
+    first, middle, last = lay.stage_layers(model.num_layers)
 
     def in_flight(k: int) -> int:
-        return min(c.pp - k, c.gas) if c.vp == 1 else c.pp
+        return min(lay.pp - k, lay.gas) if lay.vp == 1 else lay.pp
 
     stages = [(tp_part * first + 8 * s * b + s * b * h) * in_flight(0)]
-    if c.pp > 2:
+    if lay.pp > 2:
         stages.append(tp_part * middle * in_flight(1))  # the first middle stage: the most in flight of them
-    if c.pp > 1:
-        stages.append(tp_part * last * in_flight(c.pp - 1))
-    interleaving = 1 + (c.pp - 1) / (c.pp * c.vp) if c.vp > 1 else 1.0
-    output = s * b * h * 4 * (1 + vocab_padded / h) if c.pp == 1 else 0.0
-    factor = 2.0 if c.precision == "fp32" else 1.0
-    return [factor * (memory * interleaving + output) / c.tp for memory in stages]
+    if lay.pp > 1:
+        stages.append(tp_part * last * in_flight(lay.pp - 1))
+    interleaving = 1 + (lay.pp - 1) / (lay.virtual_stages) if lay.vp > 1 else 1.0
+    output = s * b * h * 4 * (1 + vocab_padded / h) if lay.pp == 1 else 0.0
+    factor = 2.0 if on.precision == "fp32" else 1.0
+    return [factor * (memory * interleaving + output) / lay.tp for memory in stages]
 
 
 def activation_bytes(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
@@ -157,7 +162,7 @@ def estimate(model: ModelSpec, vocab_padded: int, c: Candidate) -> MemoryEstimat
     """The pipeline stage that needs most: its weights and optimizer states with its activations (with
     uneven stages, not necessarily the stage that holds most of either)."""
     per_parameter = bytes_per_parameter(c)
-    copies = fp8_weight_copies(c) * model.linear_weights() / c.tp  # a layer's, on one device
+    copies = fp8_weight_copies(c) * model.linear_weights() / c.layout.tp  # a layer's, on one device
     stages = zip(_stage_parameters(model, vocab_padded, c), _stage_layer_counts(model, c), strict=True)
     states, activations = max(zip((p * per_parameter + layers * copies for p, layers in stages),
                                   _stage_activations(model, vocab_padded, c), strict=True), key=sum)

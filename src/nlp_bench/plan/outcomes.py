@@ -9,16 +9,16 @@ not fit, with the table's `no_figure` saying why that is an inference where it i
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nlp_bench.errors import PlanError, SpecError
 from nlp_bench.paths import reference_dir
 from nlp_bench.plan import memory
-from nlp_bench.plan.candidate import Candidate
-from nlp_bench.plan.explicit import ROW_PRECISIONS
+from nlp_bench.plan.candidate import STATED_START, Candidate
+from nlp_bench.spec.layout import Layout, replica_devices, tiles
 from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
-from nlp_bench.spec.switches import RECOMPUTE
+from nlp_bench.spec.switches import Switches, settings
 from nlp_bench.spec.yamlio import load_yaml
 
 OUTCOMES_FILE = "planner-memory.yaml"
@@ -55,12 +55,12 @@ def _cell(cell: object, where: str) -> tuple[int, int, int, int, int, bool]:
             and (cell[5] is None or _positive(cell[5]))):
         raise PlanError(f"{where}: a cell is [tp, cp, pp, micro-batch, GPUs, figure or null], got {cell!r}")
     tp, cp, pp, mbs, gpus, figure = cell
-    if gpus % (tp * cp * pp):
-        raise PlanError(f"{where}: tp x cp x pp = {tp * cp * pp} does not divide its {gpus} GPUs")
+    if not tiles(gpus, tp, pp, cp):
+        raise PlanError(f"{where}: tp x cp x pp = {replica_devices(tp, pp, cp)} does not divide its {gpus} GPUs")
     return tp, cp, pp, mbs, gpus, figure is not None
 
 
-def _table(table: object, where: str) -> tuple[ModelSpec, dict]:
+def _table(table: object, where: str) -> tuple[ModelSpec, dict, Switches]:
     """The table's model and shared inputs, checked: one PlanError line naming the table for anything amiss."""
     missing = [k for k in _SHARED if not isinstance(table, dict) or k not in table]
     if missing:
@@ -69,10 +69,10 @@ def _table(table: object, where: str) -> tuple[ModelSpec, dict]:
     wrong += [k for k in ("devices_per_node", "global_batch_size") if k not in wrong and not isinstance(table[k], int)]
     if wrong:
         raise PlanError(f"{where}: {', '.join(wrong)} must be positive (whole numbers but for the memory)")
-    if table["recompute"] not in RECOMPUTE:
-        raise PlanError(f"{where}: recompute must be one of {', '.join(RECOMPUTE)}")
-    if table["precision"] not in ROW_PRECISIONS:
-        raise PlanError(f"{where}: precision must be one of {', '.join(ROW_PRECISIONS)}")
+    try:
+        switches = settings(table, STATED_START, where)
+    except SpecError as exc:
+        raise PlanError(str(exc)) from None
     if not isinstance(table["cells"], list) or not table["cells"]:
         raise PlanError(f"{where}: cells must be a list of [tp, cp, pp, micro-batch, GPUs, figure or null]")
     spec = table["model"]
@@ -84,7 +84,7 @@ def _table(table: object, where: str) -> tuple[ModelSpec, dict]:
         model = get_model(spec.pop("preset"), **spec, **({"max_position_embeddings": seq} if seq else {}))
     except SpecError as exc:
         raise PlanError(f"{where}: {exc}") from None
-    return model, table
+    return model, table, switches
 
 
 def load_outcomes(path: Path | None = None) -> Iterator[Outcome]:
@@ -97,18 +97,18 @@ def load_outcomes(path: Path | None = None) -> Iterator[Outcome]:
         raise PlanError(f"{path}: no tables (a list under `tables:`)")
     for i, raw in enumerate(tables):
         where = f"{path.name} table {raw.get('id', i + 1) if isinstance(raw, dict) else i + 1}"
-        model, table = _table(raw, where)
+        model, table, switches = _table(raw, where)
         memory_gib, per_node, batch = table["device_memory_gib"], table["devices_per_node"], table["global_batch_size"]
         for k, (tp, cp, pp, mbs, gpus, ran) in enumerate(_cell(c, where) for c in table["cells"]):
             if gpus > per_node and gpus % per_node:
                 raise PlanError(f"{where}: cell {k + 1}: {gpus} GPUs do not fill nodes of {per_node}")
-            dp = gpus // (tp * cp * pp)
-            if batch % (dp * mbs):
-                raise PlanError(f"{where}: cell {k + 1}: dp {dp} x micro-batch {mbs} does not divide the batch {batch}")
-            c = Candidate(nodes=max(1, gpus // per_node), devices_per_node=min(per_node, gpus), tp=tp, pp=pp, mbs=mbs,
-                          gas=batch // (dp * mbs), cp=cp, recompute=table["recompute"],
-                          sequence_parallel=bool(table["sequence_parallel"]) and tp > 1,
-                          distributed_optimizer=bool(table["distributed_optimizer"]), precision=table["precision"])
+            layout = Layout(max(1, gpus // per_node), min(per_node, gpus), tp, pp, mbs, 1, cp=cp)
+            gas = layout.steps_for(batch)
+            if gas is None:
+                raise PlanError(f"{where}: cell {k + 1}: dp {layout.dp} x micro-batch {mbs} does not divide the "
+                                f"batch {batch}")
+            c = Candidate(replace(layout, gas=gas), replace(switches, sequence_parallel=switches.sequence_parallel
+                                                            and tp > 1))
             gib = memory.estimate(model, pad_vocab(model.vocab_size, tp), c).gib
             yield Outcome(f"{table['id']}/tp{tp}-cp{cp}-pp{pp}-mbs{mbs}-{gpus}", str(table["publication"]), ran, gib,
                           float(memory_gib))

@@ -45,9 +45,10 @@ class Prediction:
         def rounded(value: float | None, digits: int = 1) -> float | None:
             return None if value is None else round(value, digits)
 
-        return {"nodes": c.nodes, "tp": c.tp, "pp": c.pp, "cp": c.cp, "dp": c.dp, "vp": c.vp, "mbs": c.mbs, "gas": c.gas,
-                "global_batch_size": c.global_batch_size, "recompute": c.recompute,
-                "distributed_optimizer": c.distributed_optimizer, "sequence_parallel": c.sequence_parallel,
+        lay, on = c.layout, c.switches
+        return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "dp": lay.dp, "vp": lay.vp, "mbs": lay.mbs,
+                "gas": lay.gas, "global_batch_size": lay.global_batch_size, "recompute": on.recompute,
+                "distributed_optimizer": on.distributed_optimizer, "sequence_parallel": on.sequence_parallel,
                 "memory_gib": rounded(self.memory_gib, 2), "fits": self.fits,
                 "tokens_per_s": rounded(self.tokens_per_s), "tokens_per_s_low": rounded(self.tokens_per_s_low),
                 "tokens_per_s_high": rounded(self.tokens_per_s_high),
@@ -63,9 +64,9 @@ def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficien
     problems = c.problems(model)
     if problems:
         return Prediction(c, None, False, None, "; ".join(problems))
-    vocab = pad_vocab(model.vocab_size, c.tp)
+    vocab = pad_vocab(model.vocab_size, c.layout.tp)
     gib = memory.estimate(model, vocab, c).gib
-    tokens = c.global_batch_size * model.seq_length / timing.estimate(model, vocab, c, system, eff).iteration_s
+    tokens = c.layout.global_batch_size * model.seq_length / timing.estimate(model, vocab, c, system, eff).iteration_s
     low = high = None
     outside: tuple[str, ...] = ()
     if trust is not None:
@@ -74,7 +75,7 @@ def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficien
     reason = ""
     if system.device_memory_gib is not None and gib > system.device_memory_gib:
         reason = f"needs {gib:.1f} GiB per device, {system.device_memory_gib:g} GiB available"
-    elif system.backend == "xla" and c.pp > 1:
+    elif system.backend == "xla" and c.layout.pp > 1:
         reason = XLA_PIPELINE
     return Prediction(c, gib, not reason, tokens, reason, low, high, outside)
 
@@ -112,9 +113,9 @@ def _sizes(model: ModelSpec, system: System, space: Space, base: Candidate) -> I
             if problem:
                 yield nodes, tp, pp, None, (), problem
                 continue
-            dp = data_parallel_size(world, tp, pp)
+            dp = data_parallel_size(world, tp, pp, base.layout.cp)
             for mbs in space.mbs or (1, 2, 4, 8):
-                gbs = space.global_batch_size or base.global_batch_size
+                gbs = space.global_batch_size or base.layout.global_batch_size
                 if not space.gas and gbs % (dp * mbs):
                     yield nodes, tp, pp, mbs, (), ("batch", f"the global batch {gbs} is no multiple of dp {dp} x mbs "
                                                             f"{mbs} (tp {tp} x pp {pp} on {nodes} node(s)); pin --gas "
@@ -130,10 +131,10 @@ def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) 
         if why:
             continue
         vps = space.vp or [v for v in (1, 2, 3, 4, 6, 8) if pp > 1 or v == 1]
-        dp = data_parallel_size(nodes * dpn, tp, pp)
+        dp = data_parallel_size(nodes * dpn, tp, pp, base.layout.cp)
         for gas, vp, rc, do in itertools.product(gases, vps, space.recompute, space.distributed_optimizer):
-            yield replace(base, nodes=nodes, devices_per_node=dpn, tp=tp, pp=pp, mbs=mbs, gas=gas, vp=vp,
-                          recompute=rc, distributed_optimizer=do and dp > 1)
+            yield Candidate(replace(base.layout, nodes=nodes, devices_per_node=dpn, tp=tp, pp=pp, mbs=mbs, gas=gas, vp=vp),
+                            replace(base.switches, recompute=rc, distributed_optimizer=do and dp > 1))
 
 
 def unreachable(model: ModelSpec, system: System, space: Space, base: Candidate, shown: int = 3) -> str:

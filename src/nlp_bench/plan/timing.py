@@ -93,6 +93,7 @@ from dataclasses import asdict, dataclass
 from nlp_bench import flops
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.plan.memory import layer_activation_bytes, most_loaded_shard
+from nlp_bench.spec.layout import virtual_stages
 from nlp_bench.spec.models import ModelSpec
 from nlp_bench.spec.systems import System
 
@@ -154,13 +155,14 @@ def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
     Narayanan et al.'s count charges it once too). Megatron's count halves the causal attention core (only half
     of the scores are used; a fused kernel skips the masked blocks); unfused attention (baddbmm, the masked softmax, bmm with the values)
     multiplies the whole score matrix, the masked half too (Narayanan et al.'s count charges it whole)."""
-    shape = model.flops_shape(c.global_batch_size, vocab_padded)
-    b, s, h, n = c.global_batch_size, model.seq_length, model.hidden_size, model.num_layers
-    core = 1.0 if c.flash_attention else 2.0  # halves of the causal score matrix the attention core multiplies
+    lay, on = c.layout, c.switches
+    shape = model.flops_shape(lay.global_batch_size, vocab_padded)
+    b, s, h, n = lay.global_batch_size, model.seq_length, model.hidden_size, model.num_layers
+    core = 1.0 if on.flash_attention else 2.0  # halves of the causal score matrix the attention core multiplies
     executed = flops.megatron_model_flops(shape) + (core - 1) * 6.0 * b * s * s * h * n
-    if c.recompute == "full":
+    if on.recompute == "full":
         return executed + (executed - _logits_flops(model, vocab_padded, b)) / 3  # the layers' forward again
-    if c.recompute == "selective":
+    if on.recompute == "selective":
         return executed + core * 2.0 * b * s * s * h * n  # the attention core's forward again
     return executed
 
@@ -210,8 +212,8 @@ class Work:
     pp: int
     vp: int
     overlap_p2p: bool  # each send behind the chunk computed meanwhile (interleaving only)
-    overlap_grad_reduce: bool
-    overlap_param_gather: bool
+    reduce_behind_backward: bool
+    gather_behind_forward: bool
     latency: float
     matmul: float  # FLOP/s a large GEMM reaches (the measured matmul rate, not the datasheet peak)
     memory_bandwidth: float  # bytes/s
@@ -241,83 +243,84 @@ def _within_node(system: System, devices: int) -> float:
 
 
 def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> Work:
+    lay, on = c.layout, c.switches
     check_plannable(system)
     inter = system.inter_node_gbps * 1e9  # a node's cards together
-    dpn = c.devices_per_node
-    act = 4 if c.precision == "fp32" else 2
-    grad = 2 if c.precision == "fp16" or c.grad_reduce_in_bf16 else 4
+    dpn = lay.devices_per_node
+    act = 4 if on.precision == "fp32" else 2
+    grad = 2 if on.precision == "fp16" or on.grad_reduce_in_bf16 else 4
     s, h = model.seq_length, model.hidden_size
 
-    full = 4 / 3 if c.recompute == "full" else 1.0
+    full = 4 / 3 if on.recompute == "full" else 1.0
     # one micro-batch on one device: the layers' share of each, and the output layer's (on the last stage)
-    logits = _logits_flops(model, vocab_padded, c.mbs) / (c.tp * c.cp)
-    all_layers = hardware_flops(model, vocab_padded, c) / (c.weight_replicas * c.gas * c.tp) - logits
+    logits = _logits_flops(model, vocab_padded, lay.mbs) / lay.tp_cp
+    all_layers = hardware_flops(model, vocab_padded, c) / (lay.stage_devices * lay.gas) - logits
     per_layer = all_layers / model.num_layers
-    first, middle, last = c.stage_layers(model.num_layers)
+    first, middle, last = lay.stage_layers(model.num_layers)
     # the stage the pipeline waits for: the most layers, the last stage counting the output layer
-    layers = max(first, middle if c.pp > 2 else 0.0)
+    layers = max(first, middle if lay.pp > 2 else 0.0)
     if last * per_layer + logits >= layers * per_layer:
         layers, per_micro_batch = last, last * per_layer + logits
     else:
         per_micro_batch = layers * per_layer
     bubble_flops, bubble_layers = 1.0, 1.0
-    if c.pp > 1:
-        all_layers_of_stages = first + (c.pp - 2) * middle + last
-        bubble_flops = (all_layers_of_stages * per_layer + logits - per_micro_batch) / (c.pp - 1) / per_micro_batch
+    if lay.pp > 1:
+        all_layers_of_stages = first + (lay.pp - 2) * middle + last
+        bubble_flops = (all_layers_of_stages * per_layer + logits - per_micro_batch) / (lay.pp - 1) / per_micro_batch
         # where the slowest is a last stage holding the output layer alone, its per-layer work is taken as theirs
-        bubble_layers = (all_layers_of_stages - layers) / (c.pp - 1) / layers if layers else 1.0
+        bubble_layers = (all_layers_of_stages - layers) / (lay.pp - 1) / layers if layers else 1.0
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
-    passes = 4 if c.recompute == "full" else 3
+    passes = 4 if on.recompute == "full" else 3
     every = layer_activation_bytes(model, c, recompute="none")
     # selective recompute writes what it does not keep (unfused attention's score-sized tensors) once more
-    again = every - layer_activation_bytes(model, c) if c.recompute == "selective" else 0.0
+    again = every - layer_activation_bytes(model, c) if on.recompute == "selective" else 0.0
     elementwise = layers * (passes * every + again)
     params, shard_layers = most_loaded_shard(model, vocab_padded, c)
     weight_casts, fp8_weights = 0.0, 0.0
-    if c.precision == "fp8":
-        elementwise += layers * _fp8_cast_bytes(model, c, c.recompute == "full")
-        weight_casts = layers * model.linear_weights() / c.tp * \
-            (_FP8_PARAM_TRANSPOSE_BYTES if c.fp8_param_gather else _FP8_WEIGHT_CAST_BYTES)
-        fp8_weights = shard_layers * model.linear_weights() / c.tp if c.fp8_param_gather else 0.0
+    if on.fp8:
+        elementwise += layers * _fp8_cast_bytes(model, c, on.recompute == "full")
+        weight_casts = layers * model.linear_weights() / lay.tp * \
+            (_FP8_PARAM_TRANSPOSE_BYTES if on.fp8_param_gather else _FP8_WEIGHT_CAST_BYTES)
+        fp8_weights = shard_layers * model.linear_weights() / lay.tp if on.fp8_param_gather else 0.0
     weight_bytes = params * act - fp8_weights * (act - 1)  # one copy of the most loaded stage's weights
-    if not c.gradient_accumulation_fusion:
+    if not on.gradient_accumulation_fusion:
         elementwise += params * (act + 2 * grad)
 
     # the backward's waited collectives: one all-reduce's worth under sequence parallelism, else none, or two
     # without the asynchronous all-reduce
-    backward = 1 if c.sequence_parallel else (0 if c.async_tp_allreduce else 2)
-    collectives = (4 if c.recompute == "full" else 2) + backward
-    tp_fraction, tp_steps = _ring_factor(c.tp, True)
-    tokens = c.mbs * s / c.cp  # one micro-batch's tokens on one rank of the cp group
+    backward = 1 if on.sequence_parallel else (0 if on.async_tp_allreduce else 2)
+    collectives = (4 if on.recompute == "full" else 2) + backward
+    tp_fraction, tp_steps = _ring_factor(lay.tp, True)
+    tokens = lay.mbs * s / lay.cp  # one micro-batch's tokens on one rank of the cp group
 
-    replicas = c.weight_replicas
-    if c.distributed_optimizer:
+    replicas = lay.weight_replicas
+    if on.distributed_optimizer:
         (reduce_fraction, reduce_steps), (gather_fraction, gather_steps) = (_ring_factor(replicas, False),) * 2
     else:
         (reduce_fraction, reduce_steps), gather_fraction, gather_steps = _ring_factor(replicas, True), 0.0, 0
-    shard = params / (replicas if c.distributed_optimizer else 1)
+    shard = params / (replicas if on.distributed_optimizer else 1)
     return Work(
-        flops=per_micro_batch, side=min(h / c.tp, tokens), elementwise_bytes=elementwise,
+        flops=per_micro_batch, side=min(h / lay.tp, tokens), elementwise_bytes=elementwise,
         tp_bytes=layers * collectives * tp_fraction * tokens * h * act, tp_steps=int(layers * collectives * tp_steps),
-        tp_bandwidth=_within_node(system, c.tp) if c.tp <= dpn else inter,
-        p2p_bytes=tokens * h * act / c.tp if c.pp > 1 else 0.0,
-        p2p_bandwidth=_within_node(system, 2) if c.world <= dpn else inter / dpn,
+        tp_bandwidth=_within_node(system, lay.tp) if lay.tp <= dpn else inter,
+        p2p_bytes=tokens * h * act / lay.tp if lay.pp > 1 else 0.0,
+        p2p_bandwidth=_within_node(system, 2) if lay.world <= dpn else inter / dpn,
         reduce_bytes=reduce_fraction * params * grad, reduce_steps=reduce_steps,
         gather_bytes=gather_fraction * weight_bytes, gather_steps=gather_steps,
-        dp_bandwidth=_within_node(system, replicas) if c.tp * c.cp * c.dp <= dpn else inter / dpn,
-        optimizer_bytes=_optimizer_bytes(params, shard, c.precision, weight_bytes / params, grad),
+        dp_bandwidth=_within_node(system, replicas) if lay.stage_devices <= dpn else inter / dpn,
+        optimizer_bytes=_optimizer_bytes(params, shard, on.precision, weight_bytes / params, grad),
         weight_cast_bytes=weight_casts,
-        micro_batches=c.gas, bubble=(c.pp - 1) / c.vp, bubble_flops=bubble_flops,
-        bubble_layers=bubble_layers, sends=c.vp * c.gas + c.pp - 1 if c.pp > 1 else 0, pp=c.pp, vp=c.vp,
-        overlap_p2p=c.overlap_p2p_comm and c.vp > 1, overlap_grad_reduce=c.overlap_grad_reduce,
-        overlap_param_gather=c.overlap_param_gather,
+        micro_batches=lay.gas, bubble=(lay.pp - 1) / lay.vp, bubble_flops=bubble_flops,
+        bubble_layers=bubble_layers, sends=lay.vp * lay.gas + lay.pp - 1 if lay.pp > 1 else 0, pp=lay.pp, vp=lay.vp,
+        overlap_p2p=on.overlap_p2p_comm and lay.vp > 1, reduce_behind_backward=on.overlap_grad_reduce,
+        gather_behind_forward=on.overlap_param_gather,
         latency=(system.link_latency_us or 0.0) * 1e-6, matmul=system.matmul_rate()[0] * 1e12,
         memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
-        fp8_flops=linear_share if c.precision == "fp8" else 0.0,
-        fp8_matmul=_fp8_matmul(system) if c.precision == "fp8" else 0.0,
+        fp8_flops=linear_share if on.fp8 else 0.0,
+        fp8_matmul=_fp8_matmul(system) if on.fp8 else 0.0,
         **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
         **_attention_core(model, c, system, per_layer * layers - linear_share),
-        **_overlap_chunks(model, c, linear_share, min(h / c.tp, tokens / c.tp)))
+        **_overlap_chunks(model, c, linear_share, min(h / lay.tp, tokens / lay.tp)))
 
 
 def _overlap_chunks(model: ModelSpec, c: Candidate, linear_flops: float, side: float) -> dict:
@@ -328,12 +331,13 @@ def _overlap_chunks(model: ModelSpec, c: Candidate, linear_flops: float, side: f
     (ring exchange of the output gradient). qkv's and fc1's input gradients and every weight gradient run
     whole beside a bulk collective. Of the linear FLOPs (forward, again with full recompute, input and
     weight gradients alike), the forwards' and the projection's and fc2's input gradients' share."""
-    if not (c.tp_comm_overlap and c.sequence_parallel and c.tp > 1):
+    lay, on = c.layout, c.switches
+    if not (on.tp_comm_overlap and on.sequence_parallel and lay.tp > 1):
         return {}
     h, g = model.hidden_size, model.query_groups * model.head_dim
     qkv, proj = h * (h + 2 * g), h * h
     fc1, fc2 = h * model.ffn_hidden_size * (2 if model.swiglu else 1), h * model.ffn_hidden_size
-    forwards = 2 if c.recompute == "full" else 1
+    forwards = 2 if on.recompute == "full" else 1
     share = (forwards + (proj + fc2) / (qkv + proj + fc1 + fc2)) / (forwards + 2)
     return {"tp_overlap": True, "chunked_flops": linear_flops * share, "chunk_side": side}
 
@@ -353,7 +357,8 @@ def _linear_flops(model: ModelSpec, c: Candidate, full: float) -> float:
     """One layer's linear-layer FLOPs for one micro-batch on one device (what FP8 recipes run in FP8; the
     attention core stays in 16 bits): 6 per weight per token, forward and backward, again for a full
     recompute's forward."""
-    return 6.0 * model.linear_weights() * c.mbs * model.seq_length / c.cp * full / c.tp
+    lay = c.layout
+    return 6.0 * model.linear_weights() * lay.mbs * model.seq_length / lay.cp * full / lay.tp
 
 
 def _fp8_cast_bytes(model: ModelSpec, c: Candidate, full: bool) -> float:
@@ -363,12 +368,13 @@ def _fp8_cast_bytes(model: ModelSpec, c: Candidate, full: bool) -> float:
     activation before fc2), 4 (a 16-bit read besides) for the projection's input; each output gradient is
     read in 16 bits and written twice, 4 bytes. The attention's and the MLP's inputs are whole hidden states
     on every tp rank, the projection's and fc2's split over tp; full recompute casts the inputs again."""
-    h, t = model.hidden_size, c.tp
+    lay = c.layout
+    h, t = model.hidden_size, lay.tp
     qkv = h + 2 * model.query_groups * model.head_dim
     fc1 = model.ffn_hidden_size * (2 if model.swiglu else 1)
     inputs = 2 * (h + h + model.ffn_hidden_size / t) + 4 * h / t
     gradients = 4 * (qkv / t + h + fc1 / t + h)
-    return (inputs * (2 if full else 1) + gradients) * c.mbs * model.seq_length / c.cp
+    return (inputs * (2 if full else 1) + gradients) * lay.mbs * model.seq_length / lay.cp
 
 
 def _attention_core(model: ModelSpec, c: Candidate, system: System, core_flops: float) -> dict:
@@ -380,9 +386,10 @@ def _attention_core(model: ModelSpec, c: Candidate, system: System, core_flops: 
     core is timed as GEMMs of the layer's side.
     Unfused attention multiplies batched GEMMs whose smallest side is the head dimension (scores: s x d by
     d x s; their product with the values: s x s by s x d), timed on the curve at that side."""
-    if not c.flash_attention:
-        return {"core_flops": core_flops, "core_side": min(model.head_dim, model.seq_length / c.cp)}
-    rate = system.attention_rate(model.seq_length / c.cp)
+    lay, on = c.layout, c.switches
+    if not on.flash_attention:
+        return {"core_flops": core_flops, "core_side": min(model.head_dim, model.seq_length / lay.cp)}
+    rate = system.attention_rate(model.seq_length / lay.cp)
     return {"attention_flops": core_flops, "attention_rate": rate * 1e12 / 2} if rate else {}
 
 
@@ -399,13 +406,14 @@ def _context_exchange(model: ModelSpec, c: Candidate, system: System, layers: in
     """Context parallelism's ring: each layer passes every rank's keys and values round the cp group (cp - 1
     steps) in the forward, and keys, values and their gradients in the backward (three times the forward's
     bytes in all); Megatron overlaps each step with the attention core on the chunk it holds."""
-    if c.cp == 1:
+    lay = c.layout
+    if lay.cp == 1:
         return {}
-    kv = 2 * model.query_groups * model.head_dim / min(c.tp, model.query_groups)
-    sent = layers * 3 * (c.cp - 1) * c.mbs * (model.seq_length / c.cp) * kv * act
-    inside = c.tp * c.cp <= c.devices_per_node
-    bandwidth = _within_node(system, c.cp) if inside else system.inter_node_gbps * 1e9 / c.devices_per_node
-    return {"cp_bytes": sent, "cp_steps": layers * 3 * (c.cp - 1), "cp_bandwidth": bandwidth,
+    kv = 2 * model.query_groups * model.head_dim / min(lay.tp, model.query_groups)
+    sent = layers * 3 * (lay.cp - 1) * lay.mbs * (model.seq_length / lay.cp) * kv * act
+    inside = lay.tp_cp <= lay.devices_per_node
+    bandwidth = _within_node(system, lay.cp) if inside else system.inter_node_gbps * 1e9 / lay.devices_per_node
+    return {"cp_bytes": sent, "cp_steps": layers * 3 * (lay.cp - 1), "cp_bandwidth": bandwidth,
             "cp_hidden_flops": core_flops}
 
 
@@ -447,14 +455,14 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     if w.overlap_p2p:  # the forward's send behind a chunk's backward, the backward's behind a forward
         chunk = (t_compute + t_tp) / w.vp
         t_p2p = max(0.0, t_send - chunk * 2 / 3) + max(0.0, t_send - chunk / 3)
-        path = w.pp * w.vp - 1  # the first micro-batch's sends through every chunk, and back: waited whole
+        path = virtual_stages(w.pp, w.vp) - 1  # the first micro-batch's sends through every chunk, and back: waited whole
         waited = 2 * path + (2 * (w.pp - 1) if w.micro_batches == w.pp else 0)
         t_sends = min(t_sends, (w.sends - path) * t_p2p + waited * t_send)  # never slower than waiting for each
     dp_bw = w.dp_bandwidth * eff.network
     t_reduce = w.reduce_bytes / dp_bw + w.reduce_steps * w.latency
     t_gather = w.gather_bytes / dp_bw + w.gather_steps * w.latency
-    exposed = (_behind_chunks(t_reduce, t_compute * 2 / 3, w) if w.overlap_grad_reduce else t_reduce) + \
-              (_behind_chunks(t_gather, t_compute / 3, w) if w.overlap_param_gather else t_gather)
+    exposed = (_behind_chunks(t_reduce, t_compute * 2 / 3, w) if w.reduce_behind_backward else t_reduce) + \
+              (_behind_chunks(t_gather, t_compute / 3, w) if w.gather_behind_forward else t_gather)
     t_opt = w.optimizer_bytes / memory_bw
     t_casts = w.weight_cast_bytes / memory_bw
     steady = w.micro_batches * (t_compute + t_tp)

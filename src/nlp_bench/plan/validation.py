@@ -44,11 +44,11 @@ _CACHE = "corpus-validation.json"
 
 def _work(row: CorpusRow) -> timing.Work:
     p = row.planned
-    return timing.work(p.model, pad_vocab(p.model.vocab_size, p.candidate.tp), p.candidate, p.system)
+    return timing.work(p.model, pad_vocab(p.model.vocab_size, p.candidate.layout.tp), p.candidate, p.system)
 
 
 def _tokens(row: CorpusRow, w: timing.Work, eff: timing.Efficiency) -> float:
-    return row.candidate.global_batch_size * row.planned.model.seq_length / timing.timed(w, eff).iteration_s
+    return row.candidate.layout.global_batch_size * row.planned.model.seq_length / timing.timed(w, eff).iteration_s
 
 
 def predict_row(row: CorpusRow, eff: timing.Efficiency) -> float:
@@ -168,8 +168,8 @@ def leave_one_source_out(rows: list[CorpusRow],
         others = [v / r.tokens_per_s - 1 for r, v in predicted if r.publication != row.publication]
         low, high = _interval(others)
         c = row.candidate
-        out.append(HeldOutRow(row.id, row.source, row.planned.model.name, row.planned.system.name, c.nodes, c.tp,
-                              c.pp, c.dp, row.tokens_per_s, value, row.publication, low, high))
+        out.append(HeldOutRow(row.id, row.source, row.planned.model.name, row.planned.system.name, c.layout.nodes, c.layout.tp,
+                              c.layout.pp, c.layout.dp, row.tokens_per_s, value, row.publication, low, high))
     return out
 
 

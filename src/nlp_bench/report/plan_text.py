@@ -48,7 +48,7 @@ def _basis(calibrated: bool, base, width: int | None = None) -> str:
     rate, source = base.system.matmul_rate()
     gemms = f"; GEMMs timed against {rate:g} TFLOP/s ({_short(source)})" if rate is not None else ""
     fp8, fp8_source = base.system.matmul_rate(fp8=True)
-    if base.candidate.precision == "fp8" and fp8 is not None:
+    if base.candidate.switches.fp8 and fp8 is not None:
         gemms += f", FP8 linear layers against {fp8:g} ({_short(fp8_source)})"
     return wrap(f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
                 f"{base.system.device_name or base.system.device}, {memory}); predictions {how}{gemms}", width) + "\n"
@@ -63,8 +63,8 @@ def _short(source: str) -> str:
 
 def _batch(shown: list, base) -> str:
     """The global batch the layouts shown train, and the tag's beside it where they differ."""
-    sizes = sorted({p.candidate.global_batch_size for p in shown})
-    tag = base.candidate.global_batch_size
+    sizes = sorted({p.candidate.layout.global_batch_size for p in shown})
+    tag = base.candidate.layout.global_batch_size
     if sizes == [tag]:
         return f"global batch {tag} (the tag's, kept; gas follows from dp x mbs)\n"
     listed = ", ".join(str(s) for s in sizes[:6]) + (", ..." if len(sizes) > 6 else "")
@@ -101,7 +101,7 @@ def render_target(best, seconds: float, calibrated: bool, base, width: int | Non
         limit = base.system.max_nodes
         out.append(f"no node count up to {limit} reaches time_to_report <= {seconds:g} s\n")
         return "".join(out)
-    out.append(f"fewest nodes for time_to_report <= {seconds:g} s: {best.candidate.nodes}\n")
+    out.append(f"fewest nodes for time_to_report <= {seconds:g} s: {best.candidate.layout.nodes}\n")
     out.append(_table([best], width))
     out.append(_legend([best], width))
     return "".join(out)

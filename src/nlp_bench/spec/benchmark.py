@@ -4,16 +4,16 @@ training flags, resolved into concrete points."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from nlp_bench.errors import LayoutError, SpecError, unknown
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, BatchChoice, check_rule, choose
-from nlp_bench.spec.layout import Layout, data_parallel_size, validate
+from nlp_bench.spec.layout import Layout, data_parallel_size, tiles, validate
 from nlp_bench.spec.models import ARCHITECTURE_FLAGS, ModelSpec, check_field, get_model, pad_vocab
-from nlp_bench.spec.switches import PRECISION_FLAGS, precision_of
+from nlp_bench.spec.switches import PRECISION_FLAGS, decode, precision_of
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
 from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
@@ -164,7 +164,7 @@ class Benchmark:
         tag_layout = Layout(own["nodes"], sys_.devices_per_node, own.get("tp", 1), own.get("pp", 1),
                             own.get("mbs", 1), own.get("gas", 1))
         chosen = None
-        if all(isinstance(v, int) and v >= 1 for v in sizes) and (sizes[0] * sizes[1]) % (sizes[2] * sizes[3]) == 0:
+        if all(isinstance(v, int) and v >= 1 for v in sizes) and tiles(sizes[0] * sizes[1], sizes[2], sizes[3]):
             if tag_layout.global_batch_size < 1 and layout.get("gas") is None and global_batch_size is None:
                 raise LayoutError(f"{where}: its layout (tp {tag_layout.tp} x pp {tag_layout.pp} on {tag_layout.nodes} "
                                   f"node(s) of {sys_.devices_per_node} devices) does not fit system {sys_.name!r}, so "
@@ -199,6 +199,7 @@ class Benchmark:
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
         # a Megatron-LM point's flags are checked once the checkout it will run is known (spec.megatron.target)
+        layout = replace(layout, vp=decode(flags).model_chunks(model_spec.num_layers, layout.pp))
         return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
                      rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable, replaced_precision=replaced)
 

@@ -12,10 +12,11 @@ block, a parsed argv, the trainer's own flags); a switch is on when its value is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from nlp_bench.errors import SpecError
+from nlp_bench.spec.layout import virtual_stages
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 #: the precisions a flag names (fp32 is the absence of both)
@@ -27,51 +28,135 @@ UNFUSING_FLAGS = {"bias_gelu": "no-bias-gelu-fusion", "swiglu": "no-bias-swiglu-
                   "cross_entropy": "no-cross-entropy-loss-fusion"}
 
 
+def _flag(flag: str, help: str, default: bool = False) -> Any:
+    """A setting Megatron turns on with `--flag` (or, with default True, off with `--no-...`): the flag, its
+    meaning and its default live with the field, so decoding, the rows files' keys and their help all come
+    from here."""
+    return field(default=default, metadata={"flag": flag, "help": help})
+
+
+def _given(help: str, default: Any = None) -> Any:
+    """A setting decoded by a rule of its own (precision, recompute, ...)."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class Switches:
-    """The settings a point's flags choose, beyond the model's shape and the parallel sizes."""
+    """The settings a point's flags choose, beyond the model's shape and the parallel sizes (spec.layout's).
 
-    precision: str = "fp32"
-    #: activation recompute: none, selective (attention's core) or full (whole layers)
-    recompute: str = "none"
-    #: with full recompute: uniform or block, and how many layers per group (Megatron's defaults filled in)
-    recompute_method: str | None = None
-    recompute_num_layers: int | None = None
-    sequence_parallel: bool = False
-    distributed_optimizer: bool = False
-    overlap_grad_reduce: bool = False
-    overlap_param_gather: bool = False
-    flash_attention: bool = False
-    masked_softmax_fusion: bool = True
-    persist_layer_norm: bool = True
-    #: the weight-gradient GEMMs add into the main gradients (off: --no-gradient-accumulation-fusion)
-    gradient_accumulation_fusion: bool = True
-    #: the column-parallel backward all-reduce behind the weight-gradient GEMM (off:
-    #: --no-async-tensor-model-parallel-allreduce)
-    async_tp_allreduce: bool = True
-    #: with interleaving, pipeline sends behind the chunk computed meanwhile: the reference's
-    #: --overlap-p2p-communication (an opt-in there; Megatron-LM's default from 0.4.0, where
+    Each field is one Megatron setting; its flag and help are the field's metadata. A new boolean setting is
+    one field here: `decode` reads its flag, the planner's rows files and corpus accept its key, and the
+    help lists it."""
+
+    precision: str = _given("training precision: fp32, bf16 or fp16 (--bf16, --fp16; fp8 in rows files is bf16 "
+                            "with --fp8-format hybrid)", "fp32")
+    recompute: str = _given("activation recompute: none, selective (attention's core) or full (whole layers)",
+                            "none")
+    recompute_method: str | None = _given("with full recompute: uniform or block (--recompute-method)")
+    recompute_num_layers: int | None = _given("with full recompute: layers per group (--recompute-num-layers)")
+    sequence_parallel: bool = _flag("sequence-parallel", "activations outside the GEMMs split over tp")
+    distributed_optimizer: bool = _flag("use-distributed-optimizer", "optimizer states sharded over the "
+                                        "replicas of the weights (dp x cp)")
+    overlap_grad_reduce: bool = _flag("overlap-grad-reduce", "the gradient reduce behind the backward")
+    overlap_param_gather: bool = _flag("overlap-param-gather", "the distributed optimizer's gather behind "
+                                       "the forward")
+    flash_attention: bool = _flag("use-flash-attn", "fused (flash) attention")
+    masked_softmax_fusion: bool = _flag("no-masked-softmax-fusion", "the fused masked softmax", True)
+    persist_layer_norm: bool = _flag("no-persist-layer-norm", "the persistent layer norm kernel", True)
+    gradient_accumulation_fusion: bool = _flag("no-gradient-accumulation-fusion", "the weight-gradient GEMMs "
+                                               "add into the main gradients", True)
+    async_tp_allreduce: bool = _flag("no-async-tensor-model-parallel-allreduce", "the column-parallel "
+                                     "backward all-reduce behind the weight-gradient GEMM", True)
+    #: the reference's --overlap-p2p-communication (an opt-in there; Megatron-LM's default from 0.4.0, where
     #: --no-overlap-p2p-communication turns it off: benchmark/megatron-lm/translations.yaml)
-    overlap_p2p_comm: bool = False
-    #: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16)
-    grad_reduce_in_bf16: bool = False
-    #: Transformer Engine's FP8 GEMMs (--fp8-format e4m3 or hybrid), beside the 16-bit precision
-    fp8_format: str | None = None
-    #: FP8 weights all-gathered in FP8 (--fp8-param-gather)
-    fp8_param_gather: bool = False
+    overlap_p2p_comm: bool = _given("with interleaving, pipeline sends behind the chunk computed meanwhile "
+                                    "(--overlap-p2p-communication; off: --no-overlap-p2p-communication)", False)
+    tp_comm_overlap: bool = _flag("tp-comm-overlap", "tensor-parallel collectives behind the GEMMs (needs "
+                                  "sequence parallelism)")
+    grad_reduce_in_bf16: bool = _flag("grad-reduce-in-bf16", "gradients accumulated and reduced in bf16")
+    fp8_format: str | None = _given("Transformer Engine's FP8 GEMMs beside the 16-bit precision: e4m3 or "
+                                    "hybrid (--fp8-format)")
+    fp8_param_gather: bool = _flag("fp8-param-gather", "FP8 weights all-gathered in FP8 (needs fp8 and the "
+                                   "distributed optimizer)")
     #: fused ops turned off, each with the flag that did it
-    unfused: dict[str, str] = field(default_factory=dict)
-    #: Megatron's --num-layers-per-virtual-pipeline-stage (None: plain 1F1B)
+    unfused: dict[str, str] = field(default_factory=dict, hash=False)
+    #: Megatron's --num-layers-per-virtual-pipeline-stage (None: plain 1F1B); spec.layout's vp counts chunks
     layers_per_virtual_stage: int | None = None
 
     def model_chunks(self, num_layers: int, pp: int) -> int:
         """Model chunks per pipeline rank: 1 for plain 1F1B, more when interleaved."""
         per = self.layers_per_virtual_stage
-        return num_layers // (pp * per) if per else 1
+        return num_layers // virtual_stages(pp, per) if per else 1
 
     @property
     def recomputes(self) -> bool:
         return self.recompute != "none"
+
+    @property
+    def fp8(self) -> bool:
+        """Transformer Engine's FP8 GEMMs (with bf16 training)."""
+        return self.fp8_format is not None
+
+    @property
+    def compute_precision(self) -> str:
+        """The GEMMs' precision: fp8 with Transformer Engine's FP8, else the training precision."""
+        return "fp8" if self.fp8 else self.precision
+
+    def problems(self) -> list[str]:
+        """Settings Megatron-LM refuses together."""
+        out = []
+        if self.fp8_param_gather and not (self.fp8 and self.distributed_optimizer):
+            out.append(FP8_PARAM_GATHER_NEEDS)
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            out.append(TP_COMM_OVERLAP_NEEDS)
+        return out
+
+
+#: Megatron-LM's --fp8-param-gather keeps FP8 weights: it needs FP8 and the distributed optimizer that gathers them
+FP8_PARAM_GATHER_NEEDS = "fp8_param_gather needs precision fp8 and the distributed optimizer"
+TP_COMM_OVERLAP_NEEDS = "tp_comm_overlap needs sequence_parallel (Megatron-LM refuses it without)"
+FP8_FORMATS = ("e4m3", "hybrid")
+#: the choices of the settings that are words
+_CHOICES = {"recompute": RECOMPUTE, "recompute_method": RECOMPUTE_METHODS, "fp8_format": FP8_FORMATS,
+            "precision": (*PRECISIONS, "fp8")}
+#: the settings a planner's rows file, corpus or table may state, by their field names
+SETTING_KEYS = tuple(f.name for f in fields(Switches) if "help" in f.metadata)
+
+
+def setting_help(base: Switches) -> str:
+    """One line per setting a rows file may state: its key, its meaning, Megatron's flag and the default
+    (`base`'s)."""
+    def line(f) -> str:
+        flag = f"--{f.metadata['flag']}; " if "flag" in f.metadata else ""
+        value = getattr(base, f.name)
+        shown = "fp8" if f.name == "precision" and base.fp8 else str(value).lower() if isinstance(value, bool) else value
+        return f"{f.name}: {f.metadata['help']} ({flag}default {shown})"
+    return "\n".join(line(f) for f in fields(Switches) if "help" in f.metadata)
+
+
+def settings(mapping: Mapping[str, Any], base: Switches, where: str) -> Switches:
+    """`base` with the settings `mapping` states by their keys (a rows file's row, the corpus, a table);
+    other keys are the caller's. A wrong type or choice is a SpecError naming `where` and the key;
+    precision fp8 is bf16 with Transformer Engine's FP8 (fp8_format hybrid unless given)."""
+    given = {k: mapping[k] for k in SETTING_KEYS if k in mapping}
+    for f in fields(Switches):
+        if f.name not in given:
+            continue
+        value = given[f.name]
+        if f.name in _CHOICES:
+            if value not in _CHOICES[f.name]:
+                raise SpecError(f"{where}: {f.name} must be one of {', '.join(_CHOICES[f.name])}, got {value!r}")
+        elif f.name == "recompute_num_layers":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"{where}: {f.name} must be a positive integer, got {value!r}")
+        elif not isinstance(value, bool):
+            raise SpecError(f"{where}: {f.name} must be true or false, got {value!r}")
+    if given.get("precision") == "fp8":
+        given.update(precision="bf16", fp8_format=given.get("fp8_format") or "hybrid")
+    out = replace(base, **given)
+    for problem in out.problems():
+        raise SpecError(f"{where}: {problem}")
+    return out
 
 
 #: torch-xla's old precision switches: they store every fp32 tensor (master weights, Adam moments) as bf16 behind
@@ -113,20 +198,14 @@ def decode(flags: Mapping[str, Any]) -> Switches:
     """The settings `flags` choose. A contradiction (both precisions, recompute details without full
     recompute) is a SpecError."""
     get = flags.get
-    precision = precision_of(flags)
     recompute, method, layers = _recompute(get)
     per_stage = get("num-layers-per-virtual-pipeline-stage")
+    by_flag = {f.name: bool(get(f.metadata["flag"])) != f.default for f in fields(Switches) if "flag" in f.metadata}
     return Switches(
-        precision=precision, recompute=recompute, recompute_method=method, recompute_num_layers=layers,
-        sequence_parallel=bool(get("sequence-parallel")), distributed_optimizer=bool(get("use-distributed-optimizer")),
-        overlap_grad_reduce=bool(get("overlap-grad-reduce")), overlap_param_gather=bool(get("overlap-param-gather")),
-        flash_attention=bool(get("use-flash-attn")),
-        masked_softmax_fusion=not get("no-masked-softmax-fusion"), persist_layer_norm=not get("no-persist-layer-norm"),
-        gradient_accumulation_fusion=not get("no-gradient-accumulation-fusion"),
-        async_tp_allreduce=not get("no-async-tensor-model-parallel-allreduce"),
+        **by_flag, precision=precision_of(flags), recompute=recompute, recompute_method=method,
+        recompute_num_layers=layers,
         overlap_p2p_comm=bool(get("overlap-p2p-communication")) and not get("no-overlap-p2p-communication"),
-        grad_reduce_in_bf16=bool(get("grad-reduce-in-bf16")), fp8_format=get("fp8-format") or None,
-        fp8_param_gather=bool(get("fp8-param-gather")),
+        fp8_format=get("fp8-format") or None,
         unfused={op: f"--{flag}" for op, flag in UNFUSING_FLAGS.items() if get(flag)},
         layers_per_virtual_stage=None if per_stage is None else int(per_stage),
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nlp_bench.errors import SpecError
-from nlp_bench.spec.layout import data_parallel_size, parallel_violations
+from nlp_bench.spec.layout import data_parallel_size, parallel_violations, tiles, virtual_stages
 from nlp_bench.spec.models import SHAPE, ModelSpec, from_flags, pad_vocab
 from nlp_bench.spec.switches import Switches, decode
 from nlp_bench.train.args import UsageError, flag_values
@@ -165,7 +165,7 @@ def _layout(args: Namespace, on: Switches, world: int) -> tuple[ParallelConfig, 
     """The parallel sizes and the batch, or a UsageError naming the rule the layout breaks. Runs before any
     process group exists, so a bad layout costs no rendezvous."""
     tp, pp, mbs = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.micro_batch_size
-    dp = data_parallel_size(world, tp, pp) if world % (tp * pp) == 0 else 1
+    dp = data_parallel_size(world, tp, pp) if tiles(world, tp, pp) else 1
     gbs = mbs * dp if args.global_batch_size is None else args.global_batch_size
     broken = parallel_violations(
         world=world, tp=tp, pp=pp, num_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
@@ -175,7 +175,7 @@ def _layout(args: Namespace, on: Switches, world: int) -> tuple[ParallelConfig, 
     if broken:
         raise UsageError(broken[0].message)
     chunks = on.model_chunks(args.num_layers, pp)
-    parallel = ParallelConfig(world, tp, pp, dp, chunks, args.num_layers // (pp * chunks), on.sequence_parallel,
+    parallel = ParallelConfig(world, tp, pp, dp, chunks, args.num_layers // virtual_stages(pp, chunks), on.sequence_parallel,
                               on.distributed_optimizer, args.distributed_backend,
                               args.ddp_bucket_size or max(40_000_000, 1_000_000 * dp))
     return parallel, BatchConfig(mbs, gbs, gbs // (mbs * dp), args.seq_length)

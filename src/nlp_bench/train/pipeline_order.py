@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from nlp_bench.spec.layout import virtual_stages
+
 
 class Unit(NamedTuple):
     micro_batch: int
@@ -22,7 +24,7 @@ class Unit(NamedTuple):
 
 def unit(k: int, pp: int, chunks: int, forward: bool) -> tuple[int, int]:
     """(micro-batch, chunk) of the k-th forward or backward unit of any rank."""
-    group, offset = divmod(k, pp * chunks)
+    group, offset = divmod(k, virtual_stages(pp, chunks))
     chunk = offset // pp
     return group * pp + offset % pp, chunk if forward else chunks - 1 - chunk
 

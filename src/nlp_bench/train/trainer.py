@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from nlp_bench import flops, kernels
 from nlp_bench.errors import BenchError
+from nlp_bench.spec.layout import virtual_stages
 from nlp_bench.train import checkpoint, collectives, pipeline
 from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.batches import IndexedData, MockData
@@ -146,7 +147,7 @@ def build_model(config: TrainConfig, groups: ProcessGroups, device: torch.device
     model = ModelChunks()
     for c in range(chunks):
         index = c * groups.pp + groups.pp_rank
-        model.append(GPTStage(cfg, tp, rng, index * per_chunk, per_chunk, index == 0, index == chunks * groups.pp - 1))
+        model.append(GPTStage(cfg, tp, rng, index * per_chunk, per_chunk, index == 0, index == virtual_stages(groups.pp, chunks) - 1))
     return model.to(device=device, dtype=dtype), rng
 
 
