@@ -407,3 +407,24 @@ def test_no_tracked_file_refers_to_a_path_outside_the_repository():
     docs/planner.md; a fact from elsewhere is stated where it is used, with its public source."""
     found = {str(p.relative_to(ROOT)): outside_references(p) for p in _tracked()}
     assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def design_layers(text: str) -> dict[str, set[str]]:
+    """The table of docs/design.md's "The layers": part -> the parts it must never import, where "any other
+    part" and "any part but `x`" stand for the parts the FORBIDDEN table knows (api among them)."""
+    every = set(FORBIDDEN) | {n for v in FORBIDDEN.values() for n in v}
+    table = {}
+    for part, never in re.findall(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \|$", text, re.M):
+        never = never.strip()
+        if never == "any other part":
+            table[part] = every - {part}
+        elif never.startswith("any part but"):
+            table[part] = every - {part} - set(re.findall(r"`(\w+)`", never))
+        else:
+            table[part] = {n.strip() for n in never.split(",")}
+    return table
+
+
+def test_the_design_document_states_the_layers_as_they_are_checked():
+    text = (ROOT / "docs" / "design.md").read_text()
+    assert design_layers(text) == FORBIDDEN
