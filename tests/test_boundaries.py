@@ -1,7 +1,9 @@
-"""The one-way arrows of DESIGN.md, checked on the import statements of every module (those inside
-functions too): no layer imports one above it, and no set of modules imports itself round a circle."""
+"""The one-way arrows of docs/design.md ("The layers"), checked on the import statements of every module
+(those inside functions too): no layer imports one above it, and no set of modules imports itself round a
+circle. And the documents: the README short, every path they name there, nothing outside the repository."""
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -314,27 +316,164 @@ def test_the_command_line_is_thin_modules_of_verbs():
     assert sizes and {name: n for name, n in sizes.items() if n > MAX_COMMAND_MODULE_LINES} == {}
 
 
+ROOT = PKG.parent.parent
+#: the documents: the README and every page of docs/
+DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+#: the longest the README may be: what it is, the map, the fresh-machine commands, the verbs, links to docs/
+MAX_README_LINES = 300
+#: the kinds of file a document may name in backticks and is held to
+_NAMED = (".py", ".md", ".yaml", ".yml", ".sh", ".j2", ".tsv", ".csv", ".json", ".sbatch", ".toml", "/")
+
+
 def readme_paths(text: str) -> list[str]:
-    """The files and folders the README names in backticks: `tests/x.py`, `plan/timing.py`, `store/`,
-    `views.py` (a bare module name stands for a module of the package)."""
-    return sorted({m for m in re.findall(r"`([\w./-]+(?:\.py|/))`", text) if not m.startswith(("http", "."))})
+    """The files and folders a document names in backticks: `tests/x.py`, `plan/timing.py`, `store/`,
+    `views.py`, `planner-corpus.yaml` (a bare name stands for a file wherever it lies in the repository, so a
+    file that moves keeps its name valid)."""
+    ends = "|".join(re.escape(e) for e in _NAMED)
+    return sorted({m for m in re.findall(rf"`([\w./-]+(?:{ends}))`", text) if not m.startswith(("http", "."))})
 
 
-#: names the README uses that are no paths of this repository
-_NOT_OURS = {"pretrain_gpt.py": "Megatron-LM's entry point", "submitted/": "a folder in each run's point"}
+@functools.cache
+def _run_files() -> frozenset[str]:
+    """The names of a run's files and folders (store.names): documents name them, no checkout holds them."""
+    from nlp_bench.store import names
+
+    found = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
+    return frozenset(found | {f"{v}/" for v in found})
+
+
+#: names the documents use that are no paths of this repository
+_NOT_OURS = {"pretrain_gpt.py": "Megatron-LM's entry point", "plots/": "an output folder of an example",
+             "results/plan/calibration.json": "written by `bench plan calibrate`",
+             "results/plan/corpus-validation.json": "written by `bench plan validate`",
+             "profile_rank<R>.json": "written by the trainer's profiler", "tokenizer.json": "a site's tokenizer",
+             "config.json": "a Hugging Face model's configuration"}
+
+
+@functools.cache
+def _tracked() -> tuple[Path, ...]:
+    """The repository's tracked files (git ls-files), or, outside a git checkout, every file but the
+    virtual environments, caches and run output."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False)
+    if listed.returncode == 0 and listed.stdout:
+        return tuple(ROOT / n for n in listed.stdout.decode().split("\0") if n and (ROOT / n).is_file())
+    skip = (".git", ".venv", ".venv-xla", "__pycache__", ".pytest_cache", "results", "build", "dist")
+    return tuple(p for p in ROOT.rglob("*") if p.is_file() and not set(p.relative_to(ROOT).parts[:-1]) & set(skip)
+                 and not p.name.endswith(".pyc"))
 
 
 def _exists(name: str) -> bool:
-    root = PKG.parent.parent
-    bases = (root, PKG, PKG.parent, root / "tests", root / "benchmark", root / "benchmark" / "perf", root / "slurm")
-    if name in _NOT_OURS or any((base / name).exists() for base in bases):
+    bases = (ROOT, PKG, PKG.parent, ROOT / "tests", ROOT / "benchmark", ROOT / "benchmark" / "perf", ROOT / "slurm")
+    if name in _NOT_OURS or name in _run_files() or any((base / name).exists() for base in bases):
         return True
-    return "/" not in name.rstrip("/") and any(PKG.rglob(name.rstrip("/")))
+    bare = name.rstrip("/")
+    if "/" in bare:
+        return False
+    return any(p.name == bare or bare in p.relative_to(ROOT).parts[:-1] for p in _tracked())
+
+
+#: how a document's link is written: [text](target), the target a path relative to the document
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub makes of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_links(document: Path) -> list[str]:
+    """The links of a document whose file, or whose heading within it, is not there."""
+    broken = []
+    for target in _LINK.findall(document.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (document.parent / file).resolve() if file else document
+        if file and (not path.is_file() or ROOT not in path.parents):
+            broken.append(target)
+        elif anchor and anchor not in {_anchor(h) for h in re.findall(r"^#+ (.+)$", path.read_text(), re.M)}:
+            broken.append(target)
+    return broken
+
+
+def test_the_readme_is_short_and_opens_with_the_map():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= MAX_README_LINES, "the README says what it is and links to docs/ for the rest"
+    assert text.index("## The map") < text.index("## On a fresh machine"), "the README opens with the map"
+    assert {"design.md", "planner.md"} <= {p.name for p in DOCUMENTS}
 
 
 def test_every_path_the_readme_names_exists():
-    text = (PKG.parent.parent / "README.md").read_text()
-    assert text.index("## The map") < text.index("## On a fresh machine"), "the README opens with the map"
-    names = readme_paths(text)
+    """The README and every page of docs/: each path named in backticks, and each link, with its heading."""
+    names = readme_paths((ROOT / "README.md").read_text())
     assert "train/trainer.py" in names or "trainer.py" in names
-    assert [name for name in names if not _exists(name)] == []
+    missing = {doc.name: [n for n in readme_paths(doc.read_text()) if not _exists(n)] for doc in DOCUMENTS}
+    assert {doc: found for doc, found in missing.items() if found} == {}
+    assert {doc.name: broken_links(doc) for doc in DOCUMENTS if broken_links(doc)} == {}
+
+
+def test_paths_and_links_that_are_not_there_are_found(tmp_path):
+    assert readme_paths("see `plan/timing.py`, `store/`, `planner-corpus.yaml` and `bench run`") == [
+        "plan/timing.py", "planner-corpus.yaml", "store/"]
+    assert _exists("plan/timing.py") and _exists("planner-corpus.yaml") and _exists("result.json")
+    assert not _exists("plan/no_such_module.py") and not _exists("no-such-file.yaml")
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    page.write_text("# A page\n\n## Its part\n\n[here](#its-part) [gone](#no-part) [away](other.md)\n")
+    assert broken_links(page) == ["#no-part", "other.md"]
+    assert _anchor("`bench plan --json`") == "bench-plan---json"
+
+
+#: what points at a file outside the repository: the folder shared beside the checkout, the machine's workspace
+#: root, the design document and the notes and seeds kept there (the workspace root spelt in two pieces, so
+#: that this line is not one of its own finds)
+_OUTSIDE = re.compile(r"\.\./shared|(?:^|[\s\"'(])/" + r"work/|DESIGN\.md|shared/(?:notes|seeds|data)|"
+                      r"\bformats\.md|\bnotes/\w|\bseeds?/\d|\bseeds? \d{3}")
+
+
+def outside_references(path: Path) -> list[str]:
+    """The lines of a file that refer to a file outside the repository."""
+    try:
+        text = path.read_text()
+    except (UnicodeDecodeError, OSError):
+        return []
+    return [f"line {n}: {line.strip()[:100]}" for n, line in enumerate(text.splitlines(), 1) if _OUTSIDE.search(line)]
+
+
+def test_outside_references_are_found(tmp_path):
+    sample = tmp_path / "m.py"
+    shared = ".." + "/shared"
+    sample.write_text(f'"""As {"DESIGN"}.md says."""\n# see {shared}/megatron-lm/\nx = 1  # seed {"003"}\n'
+                      f'# peak from {"formats"}.md\nroot = "/{"work"}/shared"\n'
+                      '# docs/design.md, the shared memory of a GPU, a JUBE step\'s _execute/work/ folder\n')
+    assert [f.split(":")[0] for f in outside_references(sample)] == ["line 1", "line 2", "line 3", "line 4", "line 5"]
+
+
+def test_no_tracked_file_refers_to_a_path_outside_the_repository():
+    """Everything a reader needs is in the repository: the design is docs/design.md, the planner's model
+    docs/planner.md; a fact from elsewhere is stated where it is used, with its public source."""
+    found = {str(p.relative_to(ROOT)): outside_references(p) for p in _tracked()}
+    assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def design_layers(text: str) -> dict[str, set[str]]:
+    """The table of docs/design.md's "The layers": part -> the parts it must never import, where "any other
+    part" and "any part but `x`" stand for the parts the FORBIDDEN table knows (api among them)."""
+    every = set(FORBIDDEN) | {n for v in FORBIDDEN.values() for n in v}
+    table = {}
+    for part, never in re.findall(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \|$", text, re.M):
+        never = never.strip()
+        if never == "any other part":
+            table[part] = every - {part}
+        elif never.startswith("any part but"):
+            table[part] = every - {part} - set(re.findall(r"`(\w+)`", never))
+        else:
+            table[part] = {n.strip() for n in never.split(",")}
+    return table
+
+
+def test_the_design_document_states_the_layers_as_they_are_checked():
+    text = (ROOT / "docs" / "design.md").read_text()
+    assert design_layers(text) == FORBIDDEN

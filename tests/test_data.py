@@ -12,8 +12,7 @@ from nlp_bench.data.indexed import DatasetError, IndexedDataset, IndexedDatasetW
 from nlp_bench.data.preprocess import preprocess
 from nlp_bench.data.tokenizer import GPT2Tokenizer
 
-SHARED = ROOT.parent / "shared" / "data" / "gpt2"
-GPT2 = SHARED if (SHARED / "gpt2-vocab.json").is_file() else ROOT / "benchmark" / "data"
+GPT2 = ROOT / "benchmark" / "data"
 VOCAB, MERGES = GPT2 / "gpt2-vocab.json", GPT2 / "gpt2-merges.txt"
 TEXTS = ["Hello world!", "The quick brown fox jumps over the lazy dog.", "  spaces and\nnewlines\t", "Ünïcödé ✓ 日本"]
 

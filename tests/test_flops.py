@@ -12,14 +12,14 @@ def test_reference_times_to_report():
 
 
 def test_jupiter_tflops_of_the_13b_reference():
-    # formats.md: B=1024, s=2048, L=40, h=5120, V=50432, W=32 at 60777.68 tokens/s -> 206.88
+    # the JUPITER 13B reference row: B=1024, s=2048, L=40, h=5120, V=50432, W=32 at 60777.68 tokens/s -> 206.88
     shape = flops.Shape(1024, 2048, 40, 5120, 50432, 20480, recompute=True)
     seconds = 1024 * 2048 / 60777.68
     assert round(flops.tflops_per_device(flops.jupiter_flops(shape), seconds, 32), 2) == 206.88
 
 
 def test_175b_conventions_differ_as_published():
-    # formats.md: the 175B reference (96 nodes, 5.453 s/iteration) is ~135 JUPITER, ~100 Megatron model FLOPs
+    # the 175B reference (96 nodes, 5.453 s/iteration) is ~135 JUPITER, ~100 Megatron model FLOPs
     m = get_model("gpt-175b")
     shape = flops.Shape(96, 2048, m.num_layers, m.hidden_size, pad_vocab(m.vocab_size, 8), m.ffn_hidden_size,
                         recompute=True)

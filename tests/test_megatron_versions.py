@@ -1,6 +1,6 @@
 """Megatron-LM as sites run it: the version of a checkout, its flag table, the translations of reference flags
 a later version removed or renamed, and the rendered 13 and 175 arguments accepted by Megatron-LM's OWN
-parse_args() and validate_args() for both snapshots in ../shared/megatron-lm/ (unpacked; nothing launched)."""
+parse_args() and validate_args() for both snapshots (unpacked; nothing launched; where they lie: docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def unpacked(tmp_path_factory):
     def unpack(name: str) -> Path:
         archive = SNAPSHOTS / name
         if not archive.is_file():
-            pytest.skip(f"{archive} is not here (the Megatron-LM snapshots live in ../shared/megatron-lm/)")
+            pytest.skip(f"{archive} is not here (the Megatron-LM snapshots: docs/testing.md)")
         if name not in done:
             folder = tmp_path_factory.mktemp("megatron")
             with tarfile.open(archive) as tar:

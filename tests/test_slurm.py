@@ -427,7 +427,7 @@ def test_megatron_lm_set_up_as_the_reference_does_on_the_emulated_cluster(slurm_
 
     archive = ROOT.parent / "shared" / "megatron-lm" / "megatron-lm-f772743-jupiter.tar.gz"
     if not archive.is_file():
-        pytest.skip(f"{archive} is not here (the Megatron-LM snapshots live in ../shared/megatron-lm/)")
+        pytest.skip(f"{archive} is not here (the Megatron-LM snapshots: docs/testing.md)")
     upstream = tmp_path / "upstream"
     upstream.mkdir()
     with tarfile.open(archive) as tar:

@@ -36,7 +36,7 @@ def test_vocab_parallel_cross_entropy_matches_torch_on_one_rank():
 def test_megatron_lr_schedule_in_samples():
     s = LRSchedule(1e-4, 1e-5, warmup=216320, decay=300_000_000, style="cosine")
     assert s.at(0) == 0.0
-    assert f"{s.at(960):.3E}" == "4.438E-07"  # seed 003, iteration 10 of the 175B run
+    assert f"{s.at(960):.3E}" == "4.438E-07"  # the JUPITER benchmark README's 175B log, iteration 10
     assert s.at(216320) == pytest.approx(1e-4)
     assert s.at(300_000_000) == pytest.approx(1e-5) and s.at(400_000_000) == 1e-5
     mid = 216320 + (300_000_000 - 216320) / 2

@@ -1,7 +1,7 @@
 """The xla backend. The CPU stand-in (NLP_BENCH_XLA_CPU=1) trains exactly as the CPU path does with tensor and
 data parallelism; what it cannot show (graphs, compiles, the xla process group's refusal of CPU tensors, the
 device RNG, torch-xla's world) the tests marked `xla` check on the real torch-xla's CPU device (PJRT_DEVICE=CPU),
-in a venv of their own (.ci/run builds it; see the README)."""
+in a venv of their own (.ci/run builds it; see docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -294,7 +294,7 @@ def test_the_device_rng_is_seeded_and_forks_per_tensor_parallel_rank():
 @pytest.mark.slow
 @needs_xla
 def test_bench_runs_the_smoke_tag_on_the_local_xla_profile(tmp_path):
-    """The README's smoke command on torch-xla's CPU device: the result keeps what the graphs cost."""
+    """docs/trainium.md's smoke command on torch-xla's CPU device: the result keeps what the graphs cost."""
     import torch_xla
     from conftest import run_bench
 

@@ -13,11 +13,11 @@ from nlp_bench.plan.ranking import Prediction, Space
 from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, KEEP_GAS
 from nlp_bench.spec.benchmark import load_benchmark
 
-#: The keys every object of `bench plan --json` has (README, "Planning"; tests pin them).
+#: The keys every object of `bench plan --json` has (docs/design.md, "Contracts"; tests pin them).
 JSON_KEYS = ("nodes", "tp", "pp", "cp", "dp", "vp", "mbs", "gas", "global_batch_size", "recompute",
              "distributed_optimizer", "sequence_parallel", "memory_gib", "fits", "tokens_per_s", "tokens_per_s_low",
              "tokens_per_s_high", "time_to_report_s", "extrapolated", "outside_corpus", "reason", "calibrated")
-#: The keys of `bench plan validate --json` (README, "Planning").
+#: The keys of `bench plan validate --json` (docs/planner.md, "How far to trust it").
 VALIDATE_KEYS = ("id", "publication", "source", "model", "system", "nodes", "tp", "pp", "dp", "measured",
                  "predicted", "error", "interval", "inside")
 

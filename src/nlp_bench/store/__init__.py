@@ -1,4 +1,4 @@
-"""The run store: the run folders on disk (DESIGN.md, "Run workspace") and the only code that opens their
+"""The run store: the run folders on disk (docs/design.md, "The run store on disk") and the only code that opens their
 records (run.json, point.json, state.json, result.json, prediction.json).
 
 It sits at the bottom of the layers: every layer reads and writes runs through it, and it imports none
