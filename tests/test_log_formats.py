@@ -9,6 +9,7 @@ import pytest
 from conftest import DATA
 
 from nlp_bench.analysis import metrics, parsers
+from nlp_bench.analysis.formats import FORMATS
 
 LOGS = DATA / "logs"
 
@@ -128,7 +129,7 @@ def test_each_format_read_alone_and_in_parallel_ranges_alike(name, fmt, tmp_path
     big.write_text(text * 3)
     monkeypatch.setattr(parsers, "PARALLEL_BYTES", len(text))
     monkeypatch.setattr(parsers.os, "cpu_count", lambda: 3)
-    assert parsers._parallel(big, [parsers._VARIANTS.get(fmt, fmt)], 1 << 20) is not None
+    assert parsers._parallel(big, [FORMATS.resolve(fmt)], 1 << 20) is not None
     whole = parsers.parse(text * 3, fmt)
     ranged = parsers.parse_log(big, fmt)
     assert ranged.records == whole.records and ranged.format == fmt

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from test_parsers_fuzz import mutated_logs
 
 from nlp_bench.analysis import metrics, parsers
-from nlp_bench.analysis.formats import megatron
+from nlp_bench.analysis.formats import FORMATS, megatron
 
 LOGS = DATA / "logs"
 JUPITER = (LOGS / "megatron_jupiter.log").read_text()
@@ -103,7 +103,7 @@ CRAFTED = textwrap.dedent('''
     for name, line in shapes.items():
         text = good + "\\n" + line + "\\n" + good.replace("iteration       10/", "iteration       20/") + "\\n"
         parsed = parsers.parse(text)
-        alone = [parsers._read([text], [parser], limit=len(text)) for parser in parsers._PARSERS]  # no limit
+        alone = [parsers._read([text], [parser], limit=len(text)) for parser in parsers.FORMATS.names()]  # no limit
         found[name] = [[r.iteration for r in parsed.records], parsed.skipped_long_lines,
                        [[r.iteration for r in scans[0].result()[0]] for scans, _ in alone],
                        sum(skipped for _, skipped in alone)]
@@ -265,7 +265,7 @@ def test_long_lines_are_left_out_wherever_the_pieces_are_cut(text, limit, cuts):
     bounds = sorted({0, len(text), *(min(c, len(text)) for c in cuts)})
     pieces = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     short, expected_skipped = _without_long_lines(text, limit)
-    names = list(parsers._PARSERS)
+    names = FORMATS.names()
     scans, skipped = parsers._read(pieces, names, limit)
     want, _ = parsers._read([short], names, limit=len(short) + 1)
     assert skipped == expected_skipped

@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nlp_bench.analysis import metrics, parsers
+from nlp_bench.analysis.formats import FORMATS
 
 CORPUS = sorted((DATA / "logs").glob("*.log")) + [DATA / "seed003_verification.log"]
 TEXTS = [p.read_text() for p in CORPUS]
@@ -14,12 +15,12 @@ NOISE = st.text(st.sampled_from(list("0123456789.-+eE|:/[]()%=, \n\r\tabcinfnaN"
 
 
 def _check(text: str) -> None:
-    for fmt in (None, *parsers.LOG_FORMATS):
+    for fmt in (None, *FORMATS.known()):
         try:
             parsed = parsers.parse(text, fmt)
         except parsers.ParseError:
             continue
-        assert parsed.records and parsed.format in parsers.LOG_FORMATS
+        assert parsed.records and parsed.format in FORMATS.known()
         for seq in (None, 2048):
             views, summary = metrics.steady_summary(parsed.records, seq)
             assert len(views) == len(parsed.records) and summary["intervals"] == len(parsed.records)

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from nlp_bench.analysis import parsers
+from nlp_bench.analysis.formats import FORMATS
 
 NOISE = [
     "[default0]:jwb0001:12345:12399 [0] NCCL INFO Channel 03/24 : 0[0] -> 1[1] via P2P/IPC/read\n",
@@ -179,7 +180,7 @@ def linear(args: argparse.Namespace) -> None:
                 def unlimited(text: str = text) -> list:
                     """Each parser alone (together, the first to find records would stop the others)."""
                     return [parsers._read(parsers._text_pieces(text, parsers.CHUNK_BYTES), [name],
-                                          limit=len(text))[0][0].result()[0] for name in parsers._PARSERS]
+                                          limit=len(text))[0][0].result()[0] for name in FORMATS.names()]
                 free_s, found = median_time(unlimited, args.repeats)
                 assert [r.iteration for r in found[0]] == [10, 20], found[0]
                 print(f"{name:46s} {size_mb:6.1f} {parse_s:12.3f} {parse_s / size_mb:8.4f} {free_s:11.3f} "

@@ -2,7 +2,7 @@
 
 This module reads a log (a string or a file, streamed in chunks, a large file in byte ranges by parallel
 workers), cuts it into lines and feeds them to the format scans of `formats/`, one module per framework;
-`detect` takes the first format, in `_PARSERS` order, whose scan finds records.
+detection takes the first format, in the registry's rank order, whose scan finds records.
 
 Lines are found wherever they sit in a job.out full of NCCL, Slurm and Python noise; an iteration
 printed by several ranks counts once. What a format recognises but cannot read (a line cut in a field, a
@@ -28,14 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from nlp_bench.analysis.formats.hf_bert import HfBertScan
-from nlp_bench.analysis.formats.megatron import MEGATRON, MegatronScan, parse_line
-from nlp_bench.analysis.formats.mlperf import MlperfScan
-from nlp_bench.analysis.formats.nanotron import NanotronScan
-from nlp_bench.analysis.formats.nemo2 import Nemo2Scan
-from nlp_bench.analysis.formats.nxd_core import NxdCoreScan
-from nlp_bench.analysis.formats.progress_bar import ProgressBarScan
-from nlp_bench.analysis.formats.torchtitan import TorchtitanScan
+from nlp_bench.analysis.formats import FORMATS
+from nlp_bench.analysis.formats.megatron import MEGATRON, parse_line
 from nlp_bench.analysis.log_record import MAX_LINE, NoRecords, ParseError, Record, Warnings
 
 __all__ = ["MEGATRON", "NoRecords", "ParseError", "Record", "parse_line"]
@@ -165,15 +159,6 @@ def _file_pieces(fh: IO[bytes], size: int, end: int | None = None) -> Iterator[s
 
 # --- detection and the public entry points -----------------------------------------------------------
 
-#: the parsers in detection order: the first whose scan finds records names the log's format
-_PARSERS = {"megatron": MegatronScan, "mlperf": MlperfScan, "torchtitan": TorchtitanScan, "nanotron": NanotronScan,
-            "nemo2": Nemo2Scan, "nxd-core": NxdCoreScan, "progress-bar": ProgressBarScan, "hf-bert": HfBertScan}
-#: what `--format` accepts: a parser's name, or a name a parser reports (which selects that parser)
-_VARIANTS = {"megatron-jupiter": "megatron", "megatron-current": "megatron", "megatron-deepspeed": "megatron",
-             "neuron-megatron": "megatron", "nlp-bench": "megatron", "nxdt": "progress-bar", "nemo1": "progress-bar"}
-LOG_FORMATS = tuple(_PARSERS) + tuple(_VARIANTS)
-
-
 @dataclass
 class Parsed:
     format: str | None
@@ -185,18 +170,15 @@ class Parsed:
 
 
 def _parsers(fmt: str | None) -> list[str]:
-    """The parsers to run for a format (all of them, in detection order, for None)."""
-    if fmt is None:
-        return list(_PARSERS)
-    if fmt not in LOG_FORMATS:
-        raise ParseError(f"unknown log format {fmt!r}; formats: {', '.join(LOG_FORMATS)}")
-    return [_VARIANTS.get(fmt, fmt)]
+    """The formats to read a log as: the one `fmt` names (a format or a variant it reports), else every format in
+    detection order."""
+    return FORMATS.names() if fmt is None else [FORMATS.resolve(fmt)]
 
 
 def _read(pieces: Iterable[str], names: list[str], limit: int | None = None) -> tuple[list, int]:
     """The named parsers' scans of a text given in pieces, all fed in one pass, and the count of lines
     skipped for being longer than `limit` (default MAX_LINE)."""
-    scans = [_PARSERS[name]() for name in names]
+    scans = [FORMATS.get(name)() for name in names]
     lines = _Lines(MAX_LINE if limit is None else limit)
     feeding = scans
     for piece in pieces:
@@ -218,7 +200,7 @@ def _result(scans: list, skipped: int, fmt: str | None) -> Parsed:
     for scan in scans:
         records, found = scan.result()
         if records:
-            name = found if fmt is None or fmt in _PARSERS else fmt
+            name = found if fmt is None or fmt in FORMATS.names() else fmt
             return Parsed(name, records, skipped, dict(scan.warnings))
     note = f"; skipped {skipped:,} line(s) longer than {MAX_LINE:,} characters" if skipped else ""
     heard = Warnings()
@@ -228,7 +210,7 @@ def _result(scans: list, skipped: int, fmt: str | None) -> Parsed:
         note += "; " + "; ".join(f"{lines:,} {reason}" for reason, lines in heard.most_common(3))
     if fmt is not None:
         raise NoRecords(f"no {fmt} iteration records in the log{note}")
-    raise NoRecords("no iteration records in the log (formats tried: " + ", ".join(_PARSERS) + ")" + note)
+    raise NoRecords("no iteration records in the log (formats tried: " + ", ".join(FORMATS.names()) + ")" + note)
 
 
 def _scan(pieces: Iterable[str], fmt: str | None) -> Parsed:
@@ -320,7 +302,7 @@ def _parallel(path: Path, names: list[str], chunk_bytes: int) -> tuple[list, int
     with ProcessPoolExecutor(len(cuts) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
         parts = list(pool.map(_read_range, [(str(path), a, b, names, chunk_bytes)
                                             for a, b in zip(cuts, cuts[1:], strict=False)]))
-    scans = [_PARSERS[name]() for name in names]
+    scans = [FORMATS.get(name)() for name in names]
     for found, _ in parts:
         for scan, part in zip(scans, found, strict=True):
             scan.join(part)

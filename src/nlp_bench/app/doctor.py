@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nlp_bench.errors import SpecError
-from nlp_bench.launch.executor import job_environment
+from nlp_bench.launch.executor import Executor, executor_for, job_environment
+from nlp_bench.launch.launcher import launcher_for
+from nlp_bench.launch.slurm import SlurmExecutor
 from nlp_bench.launch.slurm_inventory import Inventory, SlurmUnavailable, read_inventory, run_command, run_on_node
 from nlp_bench.spec.benchmark import Point
 from nlp_bench.spec.megatron.checkout import read_checkout
@@ -53,10 +55,12 @@ def doctor(point: Point, on_node: bool = False) -> list[Check]:
     """Every check for the point's system (the tag's files, the profile's Slurm settings); the job on a
     compute node only when asked (it waits in the queue like any job)."""
     system = point.system
+    launcher_for(system)  # a name no launcher answers to is refused, as the run would refuse it
+    executor = executor_for(system)
     checks: list[Check] = _placeholders(point)
-    inventory = _slurm_checks(system, checks) if system.executor == "slurm" else None
-    if inventory is None and system.executor != "slurm":
-        checks.append(Check("scheduler", OK, f"executor {system.executor}: runs on this machine, no Slurm needed"))
+    inventory = _slurm_checks(system, checks) if isinstance(executor, SlurmExecutor) else None
+    if not isinstance(executor, SlurmExecutor):
+        checks.append(_elsewhere("scheduler", executor, "runs on this machine, no Slurm needed"))
     checks += [_activation(system), _environment(system), *_native_neuron(system)]
     if point.trainer == MEGATRON_LM:
         checks += _megatron(point)
@@ -138,6 +142,14 @@ def _activation(system: System) -> Check:
                                               "reads, or edit env_setup)")
         return Check("environment", OK, f"env_setup activates {path}")
     return Check("environment", OK, "the profile activates nothing: jobs find bench's own environment on PATH")
+
+
+def _elsewhere(name: str, executor: Executor, here: str) -> Check:
+    """What the doctor says of an executor other than Slurm's: it runs on this machine, or it queues jobs on a
+    scheduler the doctor has no checks for."""
+    if executor.queues:
+        return Check(name, WARN, f"executor {executor.name}: not checked (the doctor knows only Slurm's commands)")
+    return Check(name, OK, f"executor {executor.name}: {here}")
 
 
 def _slurm_checks(system: System, checks: list[Check]) -> Inventory | None:
@@ -269,8 +281,9 @@ def _data_files(point: Point) -> list[Check]:
 
 def _on_node(system: System, point: Point, inventory: Inventory | None) -> Check:
     """A one-minute job: the environment and the devices as a compute node sees them."""
-    if system.executor != "slurm":
-        return Check("compute node", OK, "this machine is the compute node (checked above)")
+    executor = executor_for(system)
+    if not isinstance(executor, SlurmExecutor):
+        return _elsewhere("compute node", executor, "this machine is the compute node (checked above)")
     if inventory is None or (system.partition and inventory.partition(system.partition) is None):
         return Check("compute node", FAIL, "no job started: fix the Slurm checks above first")
     gpus = _requested_gpus(system)

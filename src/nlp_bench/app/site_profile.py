@@ -20,7 +20,9 @@ import yaml
 
 from nlp_bench.errors import SpecError, unknown
 from nlp_bench.fsio import write_text_atomic
+from nlp_bench.launch.slurm import SlurmExecutor
 from nlp_bench.launch.slurm_inventory import Inventory, SlurmNode, read_inventory, run_on_node
+from nlp_bench.launch.srun_launcher import SrunLauncher
 from nlp_bench.spec.devices import Device, find_device
 from nlp_bench.store.records import now_iso
 
@@ -157,7 +159,7 @@ def _profile(name: str, inventory: Inventory, partition: str, nodes: list[SlurmN
     if not setup:
         missing.append("env_setup")
     entries += [
-        _Entry("backend", backend), _Entry("launcher", "srun"), _Entry("executor", "slurm"),
+        _Entry("backend", backend), _Entry("launcher", SrunLauncher.name), _Entry("executor", SlurmExecutor.name),
         _Entry("max_nodes", len(nodes), f"nodes in partition {partition}"), _Entry("master_port", 29400),
         _Entry("sbatch", sbatch, "" if account else "add `account:` if your site requires one"),
         _Entry("env_setup", setup, setup_note), _Entry("env", env),

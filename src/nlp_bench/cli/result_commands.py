@@ -212,9 +212,7 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
 @click.command()
 @click.argument("log", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", default=None, metavar="FORMAT",
-              help="The log's format (default: detected): megatron (megatron-jupiter, megatron-current, "
-                   "megatron-deepspeed, neuron-megatron, nlp-bench), mlperf, torchtitan, nanotron, nemo2, nxd-core, "
-                   "progress-bar (nxdt, nemo1), hf-bert.")
+              help="The log's format (default: detected); a name bench does not know is answered with those it does.")
 @click.option("--seq-length", type=click.IntRange(min=1), default=None,
               help="Sequence length, for tokens/s from logs that do not print it (all of them).")
 @click.option("--tokens", type=click.IntRange(min=1), default=20_000_000, show_default=True,

@@ -1,13 +1,11 @@
 """The executor interface: what every scheduler offers the layers above (submit a chain of scripts after
 other jobs, poll, cancel), waiting on it, and the registry that finds one by the name a system profile
-gives (`executor:`). An executor is a class in a module of EXECUTOR_MODULES, marked @register_executor;
-the registry imports those modules only when a name is looked up, so this module imports none of them.
-Nothing above launch/ asks which scheduler it is; it asks the executor what it can do (Executor.queues,
-Executor.holds_jobs)."""
+gives (`executor:`). An executor is a class in any module of launch/, marked @register_executor (see
+nlp_bench.registry for why). Nothing above launch/ asks which scheduler it is; it asks the executor what it
+can do (Executor.queues, Executor.holds_jobs)."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import time
@@ -17,6 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from nlp_bench.errors import LaunchError
+from nlp_bench.registry import Registry
+from nlp_bench.spec.systems import System
 from nlp_bench.store import states
 from nlp_bench.store.names import JOBSCRIPT
 from nlp_bench.store.point_folder import PointDir
@@ -94,20 +94,20 @@ def wait(executor: Executor, point_dir: Path, interval_s: float = 1.0,
         time.sleep(interval_s)
 
 
-#: the modules that hold executors; each registers its class when imported
-EXECUTOR_MODULES = ("nlp_bench.launch.local", "nlp_bench.launch.slurm")
-REGISTRY: dict[str, type] = {}
+#: every executor, by the name profiles and state.json give it
+EXECUTORS: Registry[type] = Registry("executor", "nlp_bench.launch", LaunchError)
 
 
 def register_executor(cls: type) -> type:
     """Class decorator: the executor answers to its `name` in system profiles."""
-    REGISTRY[cls.name] = cls
-    return cls
+    return EXECUTORS.add(cls.name, cls)
 
 
 def get_executor(name: str) -> Executor:
-    for module in EXECUTOR_MODULES:
-        importlib.import_module(module)
-    if name not in REGISTRY:
-        raise LaunchError(f"unknown executor {name!r}; known: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]()
+    """The executor a record names (state.json's attempt, point.json's system)."""
+    return EXECUTORS.get(name)()
+
+
+def executor_for(system: System) -> Executor:
+    """The executor a system profile names; an unknown name is refused naming the profile's file."""
+    return EXECUTORS.get(system.executor, system.profile_path or f"system {system.name}")()

@@ -9,6 +9,7 @@ from typing import Any
 
 import jinja2
 
+from nlp_bench.launch.launcher import launcher_for
 from nlp_bench.paths import slurm_dir
 from nlp_bench.spec.benchmark import Point
 from nlp_bench.spec.systems import System
@@ -96,10 +97,12 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
             if "train-iters" in point.train:
                 train.setdefault("lr-decay-iters", point.train["train-iters"])
         job_name += "-compile"
+    launcher = launcher_for(point.system)
     template = _environment(str(slurm_dir() / "templates")).get_template(TEMPLATE)
     made = point.megatron_lm or {}  # the checkout a Megatron-LM point was made for (spec.megatron.target)
     return template.render(
-        p=point, lay=point.layout, system=point.system, job_name=job_name, sbatch=sbatch, env=env,
+        p=point, lay=point.layout, system=point.system, launcher=launcher, rendezvous=launcher.rendezvous(point.system),
+        job_name=job_name, sbatch=sbatch, env=env,
         train_flags=train_flags(train), compile=compile_job, megatron=point.trainer == MEGATRON_LM,
         megatron_repo=shlex.quote(made["repo"]) if made.get("repo") else site_path(point.system.megatron_lm_repo),
         megatron_version=made.get("version"),

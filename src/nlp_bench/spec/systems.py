@@ -39,8 +39,10 @@ class System:
     device: str  # cuda | cpu | xla
     devices_per_node: int
     backend: str  # nccl | gloo | xla
-    launcher: str  # srun (one task per node) | direct (this shell is the only node)
-    executor: str  # slurm | local
+    # the names of a launcher and an executor registered in launch/ (nlp_bench.registry: spec may not import
+    # launch, so launch refuses a name no part answers to)
+    launcher: str
+    executor: str
     device_name: str = ""
     device_memory_gib: float | None = None
     peak_tflops: float | None = None  # dense per device in peak_precision, for MFU
@@ -83,6 +85,7 @@ class System:
     megatron_lm_env: dict[str, Any] = field(default_factory=dict)  # added to env for Megatron-LM points
     megatron_lm_train: dict[str, Any] = field(default_factory=dict)  # flags added for Megatron-LM (e.g. transformer-impl)
     detected: dict[str, Any] = field(default_factory=dict)  # what `bench system detect` read from Slurm (a record)
+    profile_path: str = ""  # the file the profile was read from, for messages (not a key of the file)
 
     @property
     def peak_source(self) -> str | None:
@@ -145,6 +148,8 @@ class System:
         return str(self.sbatch.get("partition", ""))
 
 
+#: a launcher's or an executor's name
+_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 _SAFE = {
     # values the template writes verbatim: a $NAME may expand, nothing may run
     "data_dir": re.compile(r"[A-Za-z0-9_./~${}+,:@-]*"),
@@ -229,10 +234,9 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         raise SpecError(f"{path}: missing key(s) {', '.join(sorted(missing))}")
     if data["name"] != name:
         raise SpecError(f"{path}: name {data['name']!r} does not match the file name {name!r}")
-    if data["launcher"] not in ("srun", "direct"):
-        raise SpecError(f"{path}: launcher must be srun or direct, got {data['launcher']!r}")
-    if data["executor"] not in ("slurm", "local"):
-        raise SpecError(f"{path}: executor must be slurm or local, got {data['executor']!r}")
+    for key in ("launcher", "executor"):
+        if not (isinstance(data[key], str) and _NAME.fullmatch(data[key])):
+            raise SpecError(f"{path}: {key} must be the name of a registered {key}, got {data[key]!r}")
     if data.get("peak_precision", "bf16") not in ("bf16", "fp16", "fp32", "fp8"):
         raise SpecError(f"{path}: peak_precision must be bf16, fp16, fp32 or fp8, got {data['peak_precision']!r}")
     if data.get("precision") is not None and data["precision"] not in PRECISIONS:
@@ -250,4 +254,4 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         if not isinstance(data.get(key) or {}, dict):
             raise SpecError(f"{path}: {key} must be a mapping")
     _check_site_values(data, path)
-    return System(**{k: v for k, v in data.items() if v is not None})
+    return System(**{k: v for k, v in data.items() if v is not None}, profile_path=str(path))

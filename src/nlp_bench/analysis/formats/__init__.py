@@ -1,4 +1,5 @@
-"""One module per log format, each a scan with the same five duties, fed whole lines by `parsers`:
+"""One module per log format, each a scan class marked @register_format (see nlp_bench.registry for why), with
+the same five duties, fed whole lines by `parsers`:
 
 - `feed(text, start, end)`: read the lines text[start:end] (a block of whole lines, each ending with `\\n`;
   a carriage return has already become a line break, so a progress bar's redraw is a line of its own);
@@ -12,3 +13,20 @@
 A scan costs time in proportion to the text it is fed, however its lines are crafted: no pattern scans a
 part of a line again and again (no lazy gap or unbounded `key: value` search restarted at every position).
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from nlp_bench.analysis.log_record import ParseError
+from nlp_bench.registry import Registry
+
+#: every log format, tried in rank order to detect a log's format (`bench parse --format` takes a name or alias)
+FORMATS: Registry[type] = Registry("log format", __name__, ParseError)
+
+
+def register_format(rank: int, variants: Iterable[str] = ()) -> Callable[[type], type]:
+    """Class decorator: the scan reads the format of its `NAME`, tried after those of lower `rank` (a format whose
+    lines another's pattern could read too comes first); `variants` are the names it reports of the logs it
+    reads (which `--format` accepts as the format itself)."""
+    return lambda scan: FORMATS.add(scan.NAME, scan, rank, tuple(variants))

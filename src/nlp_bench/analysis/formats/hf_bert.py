@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nlp_bench.analysis.formats import register_format
 from nlp_bench.analysis.formats.item_scan import ItemScan, first_of_each
 from nlp_bench.analysis.log_record import Record, Warnings, number
 
@@ -17,6 +18,7 @@ _BERT = re.compile(r"- \((\d{1,18}), (\d{1,18})\) step_loss : (\S+)\s+learning_r
                    r"throughput : ([0-9.eE+-]+)")
 
 
+@register_format(80)
 class HfBertScan(ItemScan):
     NAME = "hf-bert"
     LOCAL = True

@@ -19,6 +19,7 @@ import re
 from itertools import chain, filterfalse
 from typing import NamedTuple
 
+from nlp_bench.analysis.formats import register_format
 from nlp_bench.analysis.log_record import MAX_LINE, MIN_SECONDS, Record, Warnings, count, number
 
 MEGATRON = "megatron"
@@ -307,11 +308,14 @@ def _megatron_variant(keys: set[str], line: str) -> str:
     return MEGATRON
 
 
+@register_format(10, ("megatron-jupiter", "megatron-current", "megatron-deepspeed", "neuron-megatron", "nlp-bench"))
 class MegatronScan:
     """The Megatron records of a log fed a block of whole lines at a time. For each iteration the first
     line in the log's order that gives a record counts, so the result does not depend on where the blocks
     were cut. Lines identical from their first "iteration" on (several ranks printing one iteration) are
     read once."""
+
+    NAME = MEGATRON
 
     def __init__(self) -> None:
         self.seen: dict[int, Record] = {}

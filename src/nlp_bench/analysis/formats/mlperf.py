@@ -23,6 +23,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from nlp_bench.analysis.formats import register_format
 from nlp_bench.analysis.formats.item_scan import ItemScan
 from nlp_bench.analysis.log_record import MIN_SECONDS, STEP_TIMERS, Record, Warnings, count, positive
 
@@ -66,6 +67,7 @@ class _Block(NamedTuple):
     end: float | None  # samples done when it ends
 
 
+@register_format(20)
 class MlperfScan(ItemScan):
     NAME = "mlperf"
     STEP = (":::MLLOG", _EVENT)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from nlp_bench.analysis.formats import register_format
 from nlp_bench.analysis.formats.item_scan import SUFFIXES, ItemScan, first_of_each
 from nlp_bench.analysis.log_record import Record, Warnings, count, number, positive
 
@@ -33,6 +34,7 @@ def human(raw: str) -> float | None:
     return None if value is None else value * SUFFIXES[match.group(2)]
 
 
+@register_format(40)
 class NanotronScan(ItemScan):
     NAME = "nanotron"
     STEP = ("iteration: ", _STEP)

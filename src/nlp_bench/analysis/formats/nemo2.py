@@ -16,6 +16,7 @@ import math
 import re
 from itertools import repeat
 
+from nlp_bench.analysis.formats import register_format
 from nlp_bench.analysis.formats.item_scan import MAKE_RECORD, ItemScan, first_of_each
 from nlp_bench.analysis.log_record import MAX_COUNT, MIN_SECONDS, STEP_TIMERS, Record, Warnings, count, number, positive
 
@@ -32,6 +33,7 @@ _ORDERS = 4  # field orders compiled (NeMo's changes at step 0 and on a resumed 
 _NEW_ORDER_ROWS = 16  # rows of another order that make it worth compiling theirs
 
 
+@register_format(50)
 class Nemo2Scan(ItemScan):
     NAME = "nemo2"
     LOCAL = True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from nlp_bench.analysis.formats import register_format
 from nlp_bench.analysis.formats.item_scan import ItemScan, first_of_each
 from nlp_bench.analysis.log_record import Record, Warnings, number, positive
 
@@ -20,6 +21,7 @@ _STEP = re.compile(rf"step (\d{{1,18}}) (?:step_time {_N}s throughput {_N} seq/s
                    rf"|loss is {_N}, lr is {_N}, throughput {_N} seq/s)")
 
 
+@register_format(60)
 class NxdCoreScan(ItemScan):
     NAME = "nxd-core"
     LOCAL = True

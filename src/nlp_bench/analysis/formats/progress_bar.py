@@ -25,6 +25,7 @@ import re
 import statistics
 from typing import NamedTuple
 
+from nlp_bench.analysis.formats import register_format
 from nlp_bench.analysis.log_record import MAX_COUNT, MIN_SECONDS, STEP_TIMERS, Record, Warnings, count, number
 
 #: seconds of the bar's clock an interval of several steps spans at least (the clock shows whole seconds)
@@ -96,7 +97,10 @@ def _rate(value: str, unit: str) -> float | None:
     return seconds if seconds > MIN_SECONDS else None
 
 
+@register_format(70, ("nxdt", "nemo1"))
 class ProgressBarScan:
+    NAME = "progress-bar"
+
     def __init__(self) -> None:
         self.redraws: list[_Redraw] = []
         self.warnings = Warnings()
@@ -153,7 +157,7 @@ class ProgressBarScan:
                 steps.add(*redraw)
             records = steps.records()
             timed_by_framework = any(t in _postfix(steps.last_postfix) for t in STEP_TIMERS)
-            self._result = records, (("nemo1" if timed_by_framework else "progress-bar") if records else None)
+            self._result = records, (("nemo1" if timed_by_framework else self.NAME) if records else None)
         return self._result
 
 

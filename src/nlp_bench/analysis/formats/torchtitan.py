@@ -19,6 +19,7 @@ import functools
 import math
 import re
 
+from nlp_bench.analysis.formats import register_format
 from nlp_bench.analysis.formats.item_scan import ANSI, ItemScan, first_of_each
 from nlp_bench.analysis.log_record import MIN_SECONDS, Record, Warnings, count, number
 
@@ -56,6 +57,7 @@ def _seconds(stamp: tuple[str, ...] | None) -> float | None:
     return day * 86400 + hours * 3600 + minutes * 60 + secs + int(stamp[4]) / 1000
 
 
+@register_format(30)
 class TorchtitanScan(ItemScan):
     NAME = "torchtitan"
     STEP = ("step:", _STEP)
