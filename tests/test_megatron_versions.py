@@ -349,6 +349,41 @@ def test_a_named_checkout_that_cannot_be_read_is_an_error_even_for_a_dry_run(ben
     assert out.exit_code == 0 and "no Megatron-LM checkout here: the arguments are the reference's" in out.output
 
 
+def test_without_a_checkout_a_tag_is_made_for_the_oldest_kept_release_that_takes_its_flags():
+    """The reference's 0.4.0rc0 has no mock data at all (no --mock-data, no mock dataset), so a dry run with no
+    checkout once refused gpu-small's Megatron-LM point (benchmark/grids/trainers-1gpu.yaml) for a flag the
+    Megatron-LM it is written for has. The reference's own tags stay made for the reference's version."""
+    from nlp_bench.spec.megatron.target import table_note
+
+    reference = _point("175", None)
+    assert reference.megatron_lm["flag_table"] == "0.4.0rc0.tsv" and reference.megatron_lm["translated"] == []
+    assert "use-flash-attn" in reference.train and "the arguments are the reference's" in table_note(reference)
+    small = _point("gpu-small", None)
+    made = small.megatron_lm
+    assert (made["version"], made["flag_table"], made["flag_table_exact"]) == (None, "0.20.0.tsv", True)
+    assert small.train["mock-data"] is True
+    assert "0.4.0rc0 has no --mock-data: the arguments are made for Megatron-LM 0.20.0" in table_note(small)
+    # the same arguments a 0.20.0 checkout gets, translations included
+    for tag in ("gpu-small", "llama3-8b"):
+        release = _point(tag, Checkout(Path("/x"), "0.20.0", None))
+        assert _point(tag, None).train == release.train
+    llama = _point("llama3-8b", None)
+    assert llama.train["attention-backend"] == "flash" and llama.megatron_lm["translated"] == ["use-flash-attn"]
+    assert "0.4.0rc0 has no --mock-data, --rotary-base: the arguments" in table_note(llama)  # not the new spelling
+    with pytest.raises(SpecError, match=r"no kept version takes these flags: 0.4.0rc0, 0.20.0; set MEGATRON_LM_REPO\)"
+                                        r": Megatron-LM 0.20.0 \(d98e8a64dd\) has no flag --no-such-flag \("):
+        for_megatron(load_benchmark().point("gpu-small", trainer="megatron-lm", train={"no-such-flag": True}), None)
+
+
+def test_a_release_needs_the_translations_of_every_change_up_to_it():
+    from nlp_bench.spec.megatron.translations import for_release
+
+    assert for_release(reference_table().version) == []
+    names = {t.flag for t in for_release("0.9.0")}
+    assert "log-batch-size-to-tensorboard" in names and "use-flash-attn" not in names  # 0.11.0's
+    assert {t.flag for t in for_release("0.20.0")} == set(load_translations())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tag", ["llama3-8b", "llama3-70b"])
 def test_megatron_lms_own_parser_accepts_the_llama_arguments(unpacked, tag, bench, results, monkeypatch):

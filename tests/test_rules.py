@@ -89,7 +89,7 @@ def test_megatron_lm_refuses_a_flag_it_does_not_have(tmp_path):
     with pytest.raises(SpecError, match=r"Megatron-LM 0.20.0 \(d98e8a64dd\) has no flag --no-cross-entropy-loss-fusion \("):
         for_megatron(point, current)
     with pytest.raises(SpecError, match=r"Megatron-LM 0.4.0rc0 \(f772743329\) has no flag --mock-data \("):
-        for_megatron(bench.point("smoke", trainer="megatron-lm"), None)  # the reference's version came before it
+        for_megatron(bench.point("smoke", trainer="megatron-lm"), Checkout(tmp_path, "0.4.0rc0", None))  # before it
     bench.point("smoke", trainer="builtin", train={"no-cross-entropy-loss-fusion": True})  # the built-in one has it
 
 

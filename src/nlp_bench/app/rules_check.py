@@ -54,7 +54,7 @@ def _made_for(made: dict[str, Any]) -> str | None:
     if not made:
         return None
     if not made.get("version"):
-        return f"the reference's Megatron-LM {made.get('flag_table_version')} (no checkout was at hand)"
+        return f"Megatron-LM {made.get('flag_table_version')} (no checkout was at hand: the oldest kept that takes the flags)"
     commit = made.get("commit")
     return f"Megatron-LM {made['version']} ({commit[:10] if commit else 'commit unknown'})"
 

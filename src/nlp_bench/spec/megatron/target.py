@@ -7,18 +7,27 @@ import dataclasses
 import os
 from typing import Any
 
+from packaging.version import Version
+
 from nlp_bench.errors import SpecError
 from nlp_bench.spec.benchmark import DERIVED_FLAGS, Point
 from nlp_bench.spec.megatron.checkout import Checkout, read_checkout
-from nlp_bench.spec.megatron.tables import FlagTable, table_for
-from nlp_bench.spec.megatron.translations import for_checkout, reference_table, translate
+from nlp_bench.spec.megatron.tables import FlagTable, known_tables, table_for
+from nlp_bench.spec.megatron.translations import (
+    Translation,
+    for_checkout,
+    for_release,
+    named,
+    reference_table,
+    translate,
+)
 from nlp_bench.spec.systems import System
 from nlp_bench.spec.trainers import MEGATRON_LM, REPO_ENV, megatron_checkout
 
 
 def checkout_for(system: System, required: bool) -> Checkout | None:
     """The checkout a submission on `system` will run ($MEGATRON_LM_REPO, else the profile's). Where the
-    profile's is not here, a dry run (not `required`) gets None and renders the reference's flags; a checkout
+    profile's is not here, a dry run (not `required`) gets None and renders for a kept release; a checkout
     named by $MEGATRON_LM_REPO that cannot be read is an error either way."""
     try:
         return read_checkout(megatron_checkout(system.megatron_lm_repo, system.name))
@@ -30,22 +39,47 @@ def checkout_for(system: System, required: bool) -> Checkout | None:
 
 def for_megatron(point: Point, checkout: Checkout | None) -> Point:
     """`point` as `checkout` takes it; a point of the built-in trainer as it is. Without a checkout (a dry
-    run on a machine that has none) the flags are the reference's, checked against its version's table."""
+    run on a machine that has none) the version is not known, so the point is made for a kept release that
+    takes its flags (see _for_a_release); a submission needs the checkout and checks again against it."""
     if point.trainer != MEGATRON_LM:
         return point
     where = f"tag {point.tag!r} on {point.system.name}"
     if checkout is None:
-        table, exact, needed = reference_table(), True, []
-        where += " (no Megatron-LM checkout here, so for the reference's version; set MEGATRON_LM_REPO)"
-    else:
-        (table, exact), needed = table_for(checkout.version), for_checkout(checkout)
-    train, used = translate(point.train, needed, f"{where}, {checkout.label if checkout else table.label}")
+        return _for_a_release(point, where)
+    (table, exact), needed = table_for(checkout.version), for_checkout(checkout)
+    return _made(point, table, exact, needed, f"{where}, {checkout.label}", where, checkout.to_dict())
+
+
+def _for_a_release(point: Point, where: str) -> Point:
+    """`point` made for the reference's Megatron-LM where that version takes its flags (the benchmark's own
+    tags), else for the oldest later release with a flag table that does: a tag written for a newer
+    Megatron-LM (mock data, which the reference's version does not have) is not refused for a flag its
+    checkout will have. A flag no kept version takes is refused with the newest's answer (what a site would
+    check out today)."""
+    reference = reference_table()
+    later = [t for t in known_tables() if Version(t.version) > Version(reference.version)]
+    versions = ", ".join(t.version for t in [reference, *later])
+    where = (f"{where} (no Megatron-LM checkout here, and no kept version takes these flags: {versions}; set "
+             f"{REPO_ENV})")
+    unknown: dict[str, Any] = {"repo": None, "version": None, "commit": None, "modified": False}
+    *older, newest = [reference, *later]
+    for table in older:
+        try:
+            return _made(point, table, True, for_release(table.version), f"{where}, {table.label}", where, unknown)
+        except SpecError:
+            continue
+    return _made(point, newest, True, for_release(newest.version), f"{where}, {newest.label}", where, unknown)
+
+
+def _made(point: Point, table: FlagTable, exact: bool, needed: list[Translation], where_translated: str,
+          where: str, made_for: dict[str, Any]) -> Point:
+    train, used = translate(point.train, needed, where_translated)
     # a translation's own flags are the newer spelling: a nearest table older than the change lacks them
     # (the tests hold each one to the newest table)
     spelled = set() if exact else {flag for t in used for flag in t.becomes or {}}
     check_flags(table, [k for k, v in train.items() if v is not False and v is not None and k not in spelled], where)
     provenance: dict[str, Any] = {
-        **(checkout.to_dict() if checkout else {"repo": None, "version": None, "commit": None, "modified": False}),
+        **made_for,
         "flag_table": table.path.name, "flag_table_version": table.version, "flag_table_exact": exact,
         # every change of the reference's flags this version has (the rules check reads them back), and those
         # this point's flags went through
@@ -60,13 +94,27 @@ def table_note(point: Point) -> str | None:
     if not made:
         return None
     if made["version"] is None:
-        return (f"no Megatron-LM checkout here: the arguments are the reference's, checked against the flags of "
-                f"Megatron-LM {made['flag_table_version']}")
+        reference = reference_table()
+        if made["flag_table_version"] == reference.version:
+            return (f"no Megatron-LM checkout here: the arguments are the reference's, checked against the flags "
+                    f"of Megatron-LM {made['flag_table_version']}")
+        return (f"no Megatron-LM checkout here, and the reference's Megatron-LM {reference.version} has no "
+                f"{', '.join('--' + f for f in _lacking(point, reference))}: the arguments are made for "
+                f"Megatron-LM {made['flag_table_version']}, the oldest kept version that takes them; set "
+                f"{REPO_ENV} to make them for the checkout that will run")
     if not made["flag_table_exact"]:
         return (f"Megatron-LM {made['version']} has no flag table here: checked against the nearest known, "
                 f"{made['flag_table_version']} ({made['flag_table']}); add its own with `bench rules flags "
                 f"{made['repo']}`")
     return None
+
+
+def _lacking(point: Point, table: FlagTable) -> list[str]:
+    """The flags of `point` that `table` does not have, leaving out the newer spellings a translation put in
+    place of a flag the table does have."""
+    spelled = {flag for t in named(point.megatron_lm["translated"], point.id) for flag in t.becomes or {}}
+    return sorted(f for f, v in point.train.items() if v is not False and v is not None and f not in table.flags
+                  and f not in spelled)
 
 
 def check_flags(table: FlagTable, flags: list[str], where: str) -> None:

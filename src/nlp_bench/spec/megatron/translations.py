@@ -127,6 +127,12 @@ def for_checkout(checkout: Checkout) -> list[Translation]:
     return list(_needed(checkout, _mtime(translations_path())))
 
 
+def for_release(version: str) -> list[Translation]:
+    """The translations a release of `version` needs: every change that came in it or before. Without a
+    checkout there is no git history to ask, so a release's number is all that decides."""
+    return [t for t in load_translations().values() if Version(t.since) <= Version(version)]
+
+
 @functools.lru_cache(maxsize=8)
 def _needed(checkout: Checkout, _mtime_ns: int) -> tuple[Translation, ...]:
     return tuple(t for t in load_translations().values() if t.applies_to(checkout))
