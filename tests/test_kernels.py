@@ -94,9 +94,9 @@ def norm_tile(request, monkeypatch):
 @pytest.mark.parametrize("persistent", [True, False])
 def test_layer_norm(shape, dtype, persistent, norm_backward, norm_tile):
     x, (w, b), dy = _inputs(shape, dtype, shape[-1], shape[-1])
-    out = norms.layer_norm(x, w, b, 1e-5, persistent)
+    out = norms.triton_layer_norm(x, w, b, 1e-5, persistent)
     xf, wf, bf = _fp32(x, w, b)
-    ref = eager.layer_norm(xf, wf, bf, 1e-5)
+    ref = eager.eager_layer_norm(xf, wf, bf, 1e-5)
     _check(out, ref, dtype)
     for got, want in zip(_grads(out, dy, x, w, b), _grads(ref, dy.float(), xf, wf, bf), strict=False):
         _check(got, want, dtype)
@@ -106,9 +106,9 @@ def test_layer_norm(shape, dtype, persistent, norm_backward, norm_tile):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_rms_norm(shape, dtype, norm_backward, norm_tile):
     x, (w,), dy = _inputs(shape, dtype, shape[-1])
-    out = norms.rms_norm(x, w, 1e-6)
+    out = norms.triton_rms_norm(x, w, 1e-6)
     xf, wf = _fp32(x, w)
-    ref = eager.rms_norm(xf, wf, 1e-6)
+    ref = eager.eager_rms_norm(xf, wf, 1e-6)
     _check(out, ref, dtype)
     for got, want in zip(_grads(out, dy, x, w), _grads(ref, dy.float(), xf, wf), strict=False):
         _check(got, want, dtype)
@@ -121,7 +121,7 @@ def test_layer_norm_statistics_stay_exact_far_from_zero(monkeypatch, chunk):
     monkeypatch.setitem(norm_settings.LAUNCH, "forward_chunk", chunk)
     g = torch.Generator().manual_seed(3)
     x = (3000 + torch.randn(4, 257, generator=g, dtype=torch.float64)).float().to(DEVICE)
-    out = norms.layer_norm(x, None, None, 1e-12)
+    out = norms.triton_layer_norm(x, None, None, 1e-12)
     ref = torch.nn.functional.layer_norm(x.double(), (257,), eps=1e-12)
     torch.testing.assert_close(out.double(), ref, atol=2e-3, rtol=0)
 
@@ -151,9 +151,9 @@ def test_split_backward_parameter_tiles(monkeypatch, rms, rows, tile, cols):
     x, (w, b), dy = _inputs((11, 100), torch.bfloat16, 100, 100)
     xf, wf, bf = _fp32(x, w, b)
     if rms:
-        out, ref, ours, theirs = norms.rms_norm(x, w, 1e-5), eager.rms_norm(xf, wf, 1e-5), (x, w), (xf, wf)
+        out, ref, ours, theirs = norms.triton_rms_norm(x, w, 1e-5), eager.eager_rms_norm(xf, wf, 1e-5), (x, w), (xf, wf)
     else:
-        out, ref = norms.layer_norm(x, w, b, 1e-5), eager.layer_norm(xf, wf, bf, 1e-5)
+        out, ref = norms.triton_layer_norm(x, w, b, 1e-5), eager.eager_layer_norm(xf, wf, bf, 1e-5)
         ours, theirs = (x, w, b), (xf, wf, bf)
     for got, want in zip(_grads(out, dy, *ours), _grads(ref, dy.float(), *theirs), strict=False):
         _check(got, want, torch.bfloat16)
@@ -181,21 +181,21 @@ def test_launch_settings_can_differ_by_row_width(monkeypatch):
     for width, launches in ((7, 0), (100, 1)):
         x, (w, b), _ = _inputs((3, width), torch.bfloat16, width, width)
         xf, wf, bf = _fp32(x, w, b)
-        _check(norms.layer_norm(x, w, b, 1e-5), eager.layer_norm(xf, wf, bf, 1e-5), torch.bfloat16)
+        _check(norms.triton_layer_norm(x, w, b, 1e-5), eager.eager_layer_norm(xf, wf, bf, 1e-5), torch.bfloat16)
         assert chunked.launches == launches
 
 
 def test_norms_without_affine_parameters(norm_backward, norm_tile):
     x, _, dy = _inputs((4, 33), torch.float32)
-    out = norms.layer_norm(x, None, None, 1e-5)
+    out = norms.triton_layer_norm(x, None, None, 1e-5)
     xf = _fp32(x)[0]
-    ref = eager.layer_norm(xf, None, None, 1e-5)
+    ref = eager.eager_layer_norm(xf, None, None, 1e-5)
     _check(out, ref, torch.float32)
     _check(_grads(out, dy, x)[0], _grads(ref, dy, xf)[0], torch.float32)
-    _check(norms.rms_norm(x, None, 1e-5), eager.rms_norm(xf, None, 1e-5), torch.float32)
+    _check(norms.triton_rms_norm(x, None, 1e-5), eager.eager_rms_norm(xf, None, 1e-5), torch.float32)
     b = torch.randn(33, device=DEVICE, requires_grad=True)  # a bias without a weight
     bf = _fp32(b)[0]
-    out, ref = norms.layer_norm(x, None, b, 1e-5), eager.layer_norm(xf, None, bf, 1e-5)
+    out, ref = norms.triton_layer_norm(x, None, b, 1e-5), eager.eager_layer_norm(xf, None, bf, 1e-5)
     for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy, xf, bf), strict=False):
         _check(got, want, torch.float32)
 
@@ -205,9 +205,9 @@ def test_norms_without_affine_parameters(norm_backward, norm_tile):
 def test_bias_gelu(shape, dtype):
     x, (b,), dy = _inputs(shape, dtype, shape[-1])
     x.data.mul_(3)  # reach the flat tails of tanh as well
-    out = activations.bias_gelu(x, b)
+    out = activations.triton_bias_gelu(x, b)
     xf, bf = _fp32(x, b)
-    ref = eager.bias_gelu(xf, bf)
+    ref = eager.eager_bias_gelu(xf, bf)
     _check(out, ref, dtype)
     for got, want in zip(_grads(out, dy, x, b), _grads(ref, dy.float(), xf, bf), strict=False):
         _check(got, want, dtype)
@@ -215,7 +215,7 @@ def test_bias_gelu(shape, dtype):
 
 def test_gelu_saturates_without_nan():
     x = torch.tensor([[-1e4, -50.0, 0.0, 50.0, 1e4]], device=DEVICE, requires_grad=True)
-    out = activations.bias_gelu(x, None)
+    out = activations.triton_bias_gelu(x, None)
     torch.testing.assert_close(out.detach().cpu(), torch.tensor([[0.0, 0.0, 0.0, 50.0, 1e4]]))
     (grad,) = torch.autograd.grad(out.sum(), x)
     torch.testing.assert_close(grad.cpu(), torch.tensor([[0.0, 0.0, 0.5, 1.0, 1.0]]))
@@ -226,16 +226,16 @@ def test_gelu_saturates_without_nan():
 def test_swiglu(shape, dtype):
     x, _, _ = _inputs(shape, dtype)
     dy = torch.randn(shape[:-1] + (shape[-1] // 2,)).to(DEVICE, dtype)
-    out = activations.swiglu(x)
+    out = activations.triton_swiglu(x)
     xf = _fp32(x)[0]
-    ref = eager.swiglu(xf)
+    ref = eager.eager_swiglu(xf)
     _check(out, ref, dtype)
     _check(_grads(out, dy, x)[0], _grads(ref, dy.float(), xf)[0], dtype)
 
 
 def test_swiglu_refuses_an_odd_width():
     with pytest.raises(ValueError, match="even last dimension"):
-        activations.swiglu(torch.randn(2, 7, device=DEVICE))
+        activations.triton_swiglu(torch.randn(2, 7, device=DEVICE))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -249,7 +249,7 @@ def test_cross_entropy(rows, vocab, dtype, inplace):
     ref = torch.nn.functional.cross_entropy(lf, target, reduction="none")
     (want,) = torch.autograd.grad(ref.mean(), lf)
     work = logits.detach().clone().requires_grad_()
-    value = loss.vocab_parallel_cross_entropy(work, target, 0, None, inplace)
+    value = loss.triton_vocab_parallel_cross_entropy(work, target, 0, None, inplace)
     assert value.dtype == torch.float32
     torch.testing.assert_close(value, ref, **TOL[dtype])
     (got,) = torch.autograd.grad(value.mean(), work)
@@ -288,8 +288,8 @@ def test_adam_step(model_dtype, decoupled):
         ref = [t.clone() for t in (master, m, v)]
         out = torch.empty(numel, device=DEVICE, dtype=model_dtype) if model_dtype != torch.float32 else None
         args = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=7, decoupled=decoupled)
-        adam.adam_step(master, grad, m, v, out, **args)
-        eager.adam_step(ref[0], grad, ref[1], ref[2], **args)
+        adam.triton_adam_step(master, grad, m, v, out, **args)
+        eager.eager_adam_step(ref[0], grad, ref[1], ref[2], **args)
         for got, want in zip((master, m, v), ref, strict=False):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
         if out is not None:
@@ -337,7 +337,7 @@ def test_norm_launch_checks_every_setting_and_prints_one_the_trainer_takes(tmp_p
                 if line.strip().startswith("NLP_BENCH_NORM_LAUNCH=")]
     assert len(settings) == 4 and out.stdout.count("best layer_norm") == out.stdout.count("best rms_norm") == 2
     for text, width in zip(settings, (40, 40, 16, 16), strict=False):
-        assert {bound for bound, _, _ in norm_settings.parse(text)} == {width}
+        assert {bound for bound, _, _ in norm_settings.parse_launch_settings(text)} == {width}
     assert chosen.read_text() == f"{settings[0]},{settings[2]}\n"  # LayerNorm's, both widths
     tested = [line for line in out.stdout.splitlines() if line.endswith("x eager)")]
     # per norm at width 40: forward and split backward each 6 whole-row settings (1- and 2-row tiles, per tile

@@ -187,16 +187,16 @@ def test_rules_check_user_errors_exit_2(bench):
 
 
 def test_compare_trainers_is_a_ratio_per_layout():
-    from nlp_bench.analysis.side_by_side import compare_trainers
+    from nlp_bench.analysis.side_by_side import pair_trainers
 
     base = {"model": "gpt-tiny", "system": "local-slurm", "Nodes": 2, "Tensor_Parallel": 2, "Pipeline_Parallel": 1,
             "MBS": 2, "GAS": 2, "state": "COMPLETED"}
     rows = [{**base, "trainer": "builtin", "Tokens/sec": 300.0}, {**base, "trainer": "megatron-lm", "Tokens/sec": 200.0},
             {**base, "GAS": 4, "trainer": "builtin", "Tokens/sec": 100.0}]
-    (pair,) = compare_trainers(rows)
+    (pair,) = pair_trainers(rows)
     assert pair["builtin/megatron-lm"] == pytest.approx(1.5) and pair["GAS"] == 2
     with pytest.raises(ResultError, match="both trainers"):
-        compare_trainers(rows[:1])
+        pair_trainers(rows[:1])
 
 
 def test_submission_bundle_is_written_and_read_back(bench, results, tmp_path):

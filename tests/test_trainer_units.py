@@ -319,7 +319,7 @@ def test_a_gpu_profile_counts_each_kernels_time_once():
 
     from torch.autograd import DeviceType
 
-    from nlp_bench.train.profiling import summarise
+    from nlp_bench.train.profiling import summarise_profile
 
     def event(key, device, micros, annotation=False):
         return SimpleNamespace(key=key, device_type=device, self_device_time_total=micros,
@@ -327,7 +327,7 @@ def test_a_gpu_profile_counts_each_kernels_time_once():
 
     events = [event("aten::mm", DeviceType.CPU, 600.0), event("sm90_xmma_gemm_bf16_tn", DeviceType.CUDA, 600.0),
               event("flash_fwd_kernel", DeviceType.CUDA, 200.0), event("ProfilerStep#3", DeviceType.CUDA, 990.0, True)]
-    found = summarise(events, wall_s=0.001, steps=1, device_type="cuda")
+    found = summarise_profile(events, wall_s=0.001, steps=1, device_type="cuda")
     shares = {k: round(v["ms_per_step"], 6) for k, v in found["categories"].items()}
     assert shares == {"gemm": 0.6, "attention": 0.2, "host gap": 0.2}
     assert [t["name"] for t in found["top"]] == ["sm90_xmma_gemm_bf16_tn", "flash_fwd_kernel"]

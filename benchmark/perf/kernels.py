@@ -61,14 +61,14 @@ def cases():
             return [torch.randn(8192, n, device=dev, dtype=bf16), torch.ones(n, device=dev, dtype=bf16),
                                   torch.zeros(n, device=dev, dtype=bf16)]
         yield (f"layer_norm 8192x{n}", lambda x, w, b: kernels.layer_norm(x, w, b, 1e-5),
-               lambda x, w, b: eager.layer_norm(x, w, b, 1e-5), mk)
+               lambda x, w, b: eager.eager_layer_norm(x, w, b, 1e-5), mk)
         def mk2(n=n):
             return [torch.randn(8192, n, device=dev, dtype=bf16), torch.ones(n, device=dev, dtype=bf16)]
         yield (f"rms_norm 8192x{n}", lambda x, w: kernels.rms_norm(x, w, 1e-5),
-               lambda x, w: eager.rms_norm(x, w, 1e-5), mk2)
-    yield ("bias_gelu 8192x16384", kernels.bias_gelu, eager.bias_gelu,
+               lambda x, w: eager.eager_rms_norm(x, w, 1e-5), mk2)
+    yield ("bias_gelu 8192x16384", kernels.bias_gelu, eager.eager_bias_gelu,
            lambda: [torch.randn(8192, 16384, device=dev, dtype=bf16), torch.randn(16384, device=dev, dtype=bf16)])
-    yield ("swiglu 8192x22016", kernels.swiglu, eager.swiglu, lambda: [rand(8192, 22016)()])
+    yield ("swiglu 8192x22016", kernels.swiglu, eager.eager_swiglu, lambda: [rand(8192, 22016)()])
     target = torch.randint(0, 50304, (8192,), device=dev)
     yield ("cross_entropy 8192x50304",
            lambda x: kernels.vocab_parallel_cross_entropy(x, target, inplace_backward=True).mean(),

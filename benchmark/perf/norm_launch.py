@@ -99,8 +99,8 @@ class Case:
 
     def ours(self, persistent: bool = True) -> torch.Tensor:
         if self.rms:
-            return self.norms.rms_norm(self.x, self.w, 1e-5, persistent)
-        return self.norms.layer_norm(self.x, self.w, self.b, 1e-5, persistent)
+            return self.norms.triton_rms_norm(self.x, self.w, 1e-5, persistent)
+        return self.norms.triton_layer_norm(self.x, self.w, self.b, 1e-5, persistent)
 
     def both(self, forward: Callable[[], torch.Tensor]) -> Callable[[], object]:
         """Forward and backward, as one closure to time."""

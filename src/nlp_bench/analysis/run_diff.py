@@ -64,7 +64,7 @@ def point_runs(run: Run) -> dict[str, PointRun]:
     return found
 
 
-def steady_rates(result: dict[str, Any], seq_length: int | None) -> list[float]:
+def _steady_rates_of(result: dict[str, Any], seq_length: int | None) -> list[float]:
     """The point's tokens/s per logged interval, warm-up intervals left out."""
     records = [Record(**{k: r.get(k) for k in Record._fields}) for r in result.get("records") or []]
     return metrics.steady_rates(records, seq_length)[1]
@@ -128,7 +128,7 @@ def compare_runs(current: dict[str, PointRun], baseline: dict[str, PointRun]) ->
         if before is None:
             continue
         seq = (now.result.get("summary") or {}).get("seq_length")
-        rates_now, rates_before = steady_rates(now.result, seq), steady_rates(before.result, seq)
+        rates_now, rates_before = _steady_rates_of(now.result, seq), _steady_rates_of(before.result, seq)
         if not rates_now or not rates_before:
             missing = "this run" if not rates_now else "the baseline"
             changes.append(Change(point, None, None, None, None, f"not comparable: no iterations in {missing}"))

@@ -14,7 +14,7 @@ TRAINER_COLUMNS = ["model", "system", "Nodes", "Tensor_Parallel", "Pipeline_Para
            "megatron-lm_Tokens/sec", "builtin/megatron-lm"]
 
 
-def compare_trainers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pair_trainers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per layout that both trainers completed: both tokens/s and their ratio (built-in over
     Megatron-LM: above 1, the built-in trainer is faster)."""
     pairs: dict[tuple, dict[str, float]] = {}

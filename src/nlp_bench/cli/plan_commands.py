@@ -50,11 +50,11 @@ def _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size, batch) -> 
 
 
 @click.group("plan", cls=DefaultGroup, default="rank")
-def plan() -> None:
+def bench_plan() -> None:
     """Predict memory per device, tokens/s and time_to_report of layouts before running them."""
 
 
-@plan.command("rank")
+@bench_plan.command("rank")
 @space_options
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Layouts to show.")
 @_JSON
@@ -127,7 +127,7 @@ def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, spa
     ctx.exit(0 if best is not None else 1)
 
 
-@plan.command("target")
+@bench_plan.command("target")
 @click.argument("seconds", type=click.FloatRange(min=0, min_open=True))
 @space_options
 @_JSON
@@ -139,7 +139,7 @@ def plan_target(ctx: click.Context, seconds: float, tag, system, benchmark_name,
                                                               global_batch_size, batch), as_json)
 
 
-@plan.command("calibrate")
+@bench_plan.command("calibrate")
 @click.argument("runs", metavar="RUN|reference...", nargs=-1, required=True)
 @click.option("--benchmark", "benchmark_name", default="nlp", show_default=True, help="Benchmark definition.")
 @click.pass_context
@@ -153,7 +153,7 @@ def plan_calibrate(ctx: click.Context, runs: tuple[str, ...], benchmark_name: st
                nl=False)
 
 
-@plan.command("validate")
+@bench_plan.command("validate")
 @_JSON
 @click.pass_context
 def plan_validate(ctx: click.Context, as_json: bool) -> None:
@@ -167,7 +167,7 @@ def plan_validate(ctx: click.Context, as_json: bool) -> None:
     click.echo(dumps(found) if as_json else render_validation(found), nl=as_json)
 
 
-@plan.command("predict", epilog="\b\nA row's keys:\n" + row_help())
+@bench_plan.command("predict", epilog="\b\nA row's keys:\n" + row_help())
 @click.argument("rows_file", metavar="ROWS.yaml", type=click.Path(dir_okay=False, path_type=Path))
 @_JSON
 @click.pass_context

@@ -102,14 +102,14 @@ def _of_run(run_, compare, *args):
 def compare_trainers(ctx: click.Context, run_ref: str | None, fmt: str) -> None:
     """The built-in trainer beside Megatron-LM on each layout RUN (default: the newest) measured with both:
     tokens/s of each and their ratio."""
-    from nlp_bench.analysis.side_by_side import TRAINER_COLUMNS, compare_trainers
+    from nlp_bench.analysis.side_by_side import TRAINER_COLUMNS, pair_trainers
     from nlp_bench.app.views import View
     from nlp_bench.report.compare import render_comparison
     from nlp_bench.report.table import terminal_width
 
     view = View(ctx.obj["results_dir"])
     run_ = view.run(run_ref)
-    click.echo(render_comparison(_of_run(run_, compare_trainers, view.rows(run_)), fmt, TRAINER_COLUMNS,
+    click.echo(render_comparison(_of_run(run_, pair_trainers, view.rows(run_)), fmt, TRAINER_COLUMNS,
                                  terminal_width()), nl=False)
     view.tell()
 
@@ -209,7 +209,7 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
     view.tell()
 
 
-@click.command()
+@click.command("parse")
 @click.argument("log", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", default=None, metavar="FORMAT",
               help="The log's format (default: detected); a name bench does not know is answered with those it does.")
@@ -218,7 +218,7 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
 @click.option("--tokens", type=click.IntRange(min=1), default=20_000_000, show_default=True,
               help="Tokens of the hypothetical training that time_to_report_s is for.")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON (records and summary).")
-def parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_json: bool) -> None:
+def bench_parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int, as_json: bool) -> None:
     """Read the iteration records of a training LOG and summarise them (warm-up excluded, spread reported)."""
     import json
 

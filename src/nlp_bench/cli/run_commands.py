@@ -72,7 +72,7 @@ def _resume_takes_no(**given) -> None:
                                f"(start a new run for that)")
 
 
-@click.command()
+@click.command("run")
 @click.option("--tag", default=None, help="Benchmark tag: 13, 175 (default, as in the reference), smoke, ...")
 @click.option("--system", default=None, help="System profile from slurm/systems/ (default: the tag's).")
 @click.option("--benchmark", "benchmark_name", default="nlp", show_default=True,
@@ -89,8 +89,8 @@ def _resume_takes_no(**given) -> None:
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until the job ends, then print the row.")
 @launch_options
 @click.pass_context
-def run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, batch, global_batch_size, dry_run,
-        wait_, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
+def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, batch, global_batch_size,
+              dry_run, wait_, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm). A point the
     planner predicts not to fit, or a site profile a job cannot run from as it is, is refused (--dry-run
     warns)."""

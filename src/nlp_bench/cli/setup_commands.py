@@ -9,12 +9,12 @@ import click
 from nlp_bench.cli.one_line import BenchGroup
 
 
-@click.group(cls=BenchGroup)
-def setup() -> None:
+@click.group("setup", cls=BenchGroup)
+def bench_setup() -> None:
     """Set-up jobs a site runs once."""
 
 
-@setup.command("megatron-lm")
+@bench_setup.command("megatron-lm")
 @click.option("--reference", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="The site's copy of the reference (github.com/FZJ-JSC/jubench-megatron-lm): its "
                    "benchmark/aux/add_tflops_logging.patch is applied, its src/apex built.")

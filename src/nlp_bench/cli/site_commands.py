@@ -43,7 +43,7 @@ def system_detect(output: Path, partition: str | None, account: str | None, prob
     click.echo(f"next: bench doctor --system {output.stem}")
 
 
-@click.command()
+@click.command("doctor")
 @click.option("--system", "system_name", default=None, help="System profile (default: the tag's).")
 @click.option("--tag", default="smoke", show_default=True, help="The tag whose data files to check.")
 @click.option("--benchmark", "benchmark_name", default="nlp", show_default=True, help="Benchmark definition.")
@@ -52,7 +52,7 @@ def system_detect(output: Path, partition: str | None, account: str | None, prob
 @click.option("--on-node", is_flag=True,
               help="Also run a one-minute job: the environment and the GPUs as a compute node sees them.")
 @click.pass_context
-def doctor(ctx: click.Context, system_name: str | None, tag: str, benchmark_name: str, trainer: str | None,
+def bench_doctor(ctx: click.Context, system_name: str | None, tag: str, benchmark_name: str, trainer: str | None,
            on_node: bool) -> None:
     """Check what a first run on a site needs, one line each: Slurm commands and controller, the profile's
     partition and account, the Python environment the jobscript activates, the tag's data files, and (with

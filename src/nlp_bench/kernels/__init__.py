@@ -26,16 +26,16 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     if select.runs_triton("layer_norm", x):
         from nlp_bench.kernels import norms
 
-        return norms.layer_norm(x, weight, bias, eps, select.persistent_layer_norm())
-    return eager.layer_norm(x, weight, bias, eps)
+        return norms.triton_layer_norm(x, weight, bias, eps, select.persistent_layer_norm())
+    return eager.eager_layer_norm(x, weight, bias, eps)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-5) -> torch.Tensor:
     if select.runs_triton("rms_norm", x):
         from nlp_bench.kernels import norms
 
-        return norms.rms_norm(x, weight, eps, select.persistent_layer_norm())
-    return eager.rms_norm(x, weight, eps)
+        return norms.triton_rms_norm(x, weight, eps, select.persistent_layer_norm())
+    return eager.eager_rms_norm(x, weight, eps)
 
 
 def bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -43,8 +43,8 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     if select.runs_triton("bias_gelu", x):
         from nlp_bench.kernels import activations
 
-        return activations.bias_gelu(x, bias)
-    return eager.bias_gelu(x, bias)
+        return activations.triton_bias_gelu(x, bias)
+    return eager.eager_bias_gelu(x, bias)
 
 
 def swiglu(x: torch.Tensor) -> torch.Tensor:
@@ -52,8 +52,8 @@ def swiglu(x: torch.Tensor) -> torch.Tensor:
     if select.runs_triton("swiglu", x):
         from nlp_bench.kernels import activations
 
-        return activations.swiglu(x)
-    return eager.swiglu(x)
+        return activations.triton_swiglu(x)
+    return eager.eager_swiglu(x)
 
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, vocab_start: int = 0, group=None,
@@ -64,7 +64,7 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, voc
     if select.runs_triton("cross_entropy", logits):
         from nlp_bench.kernels import loss
 
-        return loss.vocab_parallel_cross_entropy(logits, target, vocab_start, group, inplace_backward)
+        return loss.triton_vocab_parallel_cross_entropy(logits, target, vocab_start, group, inplace_backward)
     return eager.EagerVocabParallelCrossEntropy.apply(logits, target, vocab_start, group)
 
 

@@ -103,9 +103,9 @@ class _Swiglu(torch.autograd.Function):
         return _swiglu_launch(x2, dy.reshape(x2.shape[0], -1).contiguous()).view(ctx.shape)
 
 
-def bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def triton_bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return _BiasGelu.apply(x, bias)
 
 
-def swiglu(x: torch.Tensor) -> torch.Tensor:
+def triton_swiglu(x: torch.Tensor) -> torch.Tensor:
     return _Swiglu.apply(x)

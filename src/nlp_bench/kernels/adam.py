@@ -36,9 +36,9 @@ def _adam_kernel(P, G, M, V, OUT, numel, decay, beta1, beta2, eps, weight_decay,
         tl.store(OUT + offs, p.to(OUT.dtype.element_ty), mask=mask)
 
 
-def adam_step(master: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-              out: torch.Tensor | None, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-              step: int, decoupled: bool) -> None:
+def triton_adam_step(master: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                     out: torch.Tensor | None, *, lr: float, beta1: float, beta2: float, eps: float,
+                     weight_decay: float, step: int, decoupled: bool) -> None:
     numel = master.numel()
     _adam_kernel[(triton.cdiv(numel, _BLOCK),)](
         master, grad, exp_avg, exp_avg_sq, out, numel, 1.0 - lr * weight_decay, beta1, beta2, eps, weight_decay,

@@ -13,32 +13,29 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+def eager_layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                     eps: float) -> torch.Tensor:
     return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+def eager_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     return F.rms_norm(x, x.shape[-1:], weight, eps)
 
 
-def bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def eager_bias_gelu(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """GeLU with the tanh approximation of x + bias, unfused (Megatron's --no-bias-gelu-fusion)."""
     return F.gelu(x if bias is None else x + bias, approximate="tanh")
 
 
-def swiglu(x: torch.Tensor) -> torch.Tensor:
+def eager_swiglu(x: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up, with gate and up the two halves of the last dimension."""
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
 
 
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean softmax cross-entropy over all tokens, computed in fp32."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
-
-
-def all_reduce(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
-    """In place over the group; nothing to do outside tensor parallelism."""
+def reduce_vocab_shards(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
+    """Per-token figures combined in place over the ranks that hold the vocabulary's shards; nothing to do
+    outside tensor parallelism."""
     if group is not None and dist.get_world_size(group) > 1:
         dist.all_reduce(t, op=op, group=group)
     return t
@@ -54,15 +51,15 @@ class EagerVocabParallelCrossEntropy(torch.autograd.Function):
         ctx.input_dtype = logits.dtype
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()  # the softmax needs fp32 range and precision
-        logits_max = all_reduce(logits.max(dim=-1).values, group, dist.ReduceOp.MAX)
+        logits_max = reduce_vocab_shards(logits.max(dim=-1).values, group, dist.ReduceOp.MAX)
         shifted = logits - logits_max.unsqueeze(-1)
         width = shifted.shape[-1]
         outside = (target < vocab_start) | (target >= vocab_start + width)
         local = (target - vocab_start).masked_fill(outside, 0).long()  # int32 ids (xla) index as int64
         target_logit = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        all_reduce(target_logit, group)
+        reduce_vocab_shards(target_logit, group)
         exp = shifted.exp_()
-        sum_exp = all_reduce(exp.sum(dim=-1), group)
+        sum_exp = reduce_vocab_shards(exp.sum(dim=-1), group)
         loss = torch.log(sum_exp) - target_logit
         exp.div_(sum_exp.unsqueeze(-1))  # now the softmax, kept for the backward pass
         ctx.save_for_backward(exp, outside, local)
@@ -77,9 +74,9 @@ class EagerVocabParallelCrossEntropy(torch.autograd.Function):
         return grad.to(ctx.input_dtype), None, None, None
 
 
-def adam_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
-              lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, step: int,
-              decoupled: bool) -> None:
+def eager_adam_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
+                    lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, step: int,
+                    decoupled: bool) -> None:
     """One Adam(W) step on an fp32 tensor in place, as torch.optim.AdamW (decoupled) or Adam computes it."""
     g = grad.float()
     if decoupled:

@@ -59,12 +59,12 @@ class FusedAdam(torch.optim.Optimizer):
                             weight_decay=group["weight_decay"], step=state["step"], decoupled=self.adam_w_mode)
                 triton_here = self.use_triton if self.use_triton is not None else select.runs_triton("adam", p)
                 if triton_here:
-                    from nlp_bench.kernels.adam import adam_step
+                    from nlp_bench.kernels.adam import triton_adam_step
 
-                    adam_step(master, p.grad.contiguous(), state["exp_avg"], state["exp_avg_sq"],
-                              None if master is p else p, **args)
+                    triton_adam_step(master, p.grad.contiguous(), state["exp_avg"], state["exp_avg_sq"],
+                                     None if master is p else p, **args)
                 else:
-                    eager.adam_step(master, p.grad, state["exp_avg"], state["exp_avg_sq"], **args)
+                    eager.eager_adam_step(master, p.grad, state["exp_avg"], state["exp_avg_sq"], **args)
                     if master is not p:
                         p.copy_(master)
         return loss

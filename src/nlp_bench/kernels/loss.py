@@ -15,7 +15,7 @@ import torch.distributed as dist
 import triton
 import triton.language as tl
 
-from nlp_bench.kernels.eager import all_reduce
+from nlp_bench.kernels.eager import reduce_vocab_shards
 
 _BLOCK = 4096
 
@@ -70,9 +70,9 @@ class TritonVocabParallelCrossEntropy(torch.autograd.Function):
         _stats_kernel[(rows,)](logits2, target1, row_max, sum_exp, target_logit, logits2.stride(0), width,
                                vocab_start, BLOCK=block, num_warps=8 if block >= 2048 else 4)
         if group is not None and dist.get_world_size(group) > 1:
-            global_max = all_reduce(row_max.clone(), group, dist.ReduceOp.MAX)
+            global_max = reduce_vocab_shards(row_max.clone(), group, dist.ReduceOp.MAX)
             sum_exp.mul_(torch.exp(row_max - global_max))
-            all_reduce(stats[1:], group)  # sums of exponentials and target logits in one call
+            reduce_vocab_shards(stats[1:], group)  # sums of exponentials and target logits in one call
             row_max = global_max
         lse = row_max + torch.log(sum_exp)
         ctx.save_for_backward(logits2, target1, lse)
@@ -90,6 +90,6 @@ class TritonVocabParallelCrossEntropy(torch.autograd.Function):
         return grad.view(ctx.shape), None, None, None, None
 
 
-def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, vocab_start: int = 0, group=None,
-                                 inplace_backward: bool = False) -> torch.Tensor:
+def triton_vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, vocab_start: int = 0,
+                                        group=None, inplace_backward: bool = False) -> torch.Tensor:
     return TritonVocabParallelCrossEntropy.apply(logits, target, vocab_start, group, inplace_backward)

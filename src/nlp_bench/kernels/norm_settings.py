@@ -52,7 +52,7 @@ def settings(width: int) -> dict:
     return {**LAUNCH, **LAUNCH_BY_WIDTH[min(bounds)]} if bounds else LAUNCH
 
 
-def parse(text: str) -> list[tuple[int | None, str, int | bool | None]]:
+def parse_launch_settings(text: str) -> list[tuple[int | None, str, int | bool | None]]:
     """(width or None, key, value) for each item of "[WIDTH:]KEY=INTEGER,...", checked against LAUNCH's keys
     (ValueError with the offending item otherwise). A warps count of 0 means the default for the block."""
     out = []
@@ -72,5 +72,5 @@ def parse(text: str) -> list[tuple[int | None, str, int | bool | None]]:
 
 def override(text: str) -> None:
     """Apply "[WIDTH:]KEY=INTEGER,..." to LAUNCH (no width) or LAUNCH_BY_WIDTH; nothing changes if any item is bad."""
-    for width, key, value in parse(text):
+    for width, key, value in parse_launch_settings(text):
         (LAUNCH if width is None else LAUNCH_BY_WIDTH.setdefault(width, {}))[key] = value

@@ -368,10 +368,10 @@ def _param_grads(partial, weight, bias):
     return dw, db
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
-               persistent: bool = True) -> torch.Tensor:
+def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+                      persistent: bool = True) -> torch.Tensor:
     return _Norm.apply(x, weight, bias, eps, False, persistent)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, persistent: bool = True) -> torch.Tensor:
+def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, persistent: bool = True) -> torch.Tensor:
     return _Norm.apply(x, weight, None, eps, True, persistent)

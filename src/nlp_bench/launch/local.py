@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nlp_bench.errors import LaunchError
 from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt, register_executor
-from nlp_bench.launch.outcome import finish
+from nlp_bench.launch.job_end import finish
 from nlp_bench.store import locks, protocol, states
 from nlp_bench.store.names import JOB_ERR, JOB_OUT, JOB_PID, JOBSCRIPT, OUTPUTS, SUBMITTED
 from nlp_bench.store.point_folder import PointDir, sha256

@@ -13,7 +13,7 @@ _DIGITS = {"Tokens/sec": 2, "time_to_report_in_seconds": 2, "ref_Tokens/sec": 2,
            "builtin_Tokens/sec": 2, "megatron-lm_Tokens/sec": 2, "builtin/megatron-lm": 3}
 
 
-def format_cell(column: str, value: Any) -> str:
+def comparison_cell(column: str, value: Any) -> str:
     if value is None:
         return "-"
     return f"{value:.{_DIGITS[column]}f}" if column in _DIGITS else str(value)
@@ -39,7 +39,7 @@ def render_comparison(rows: list[dict[str, Any]], fmt: str, columns: list[str] =
         return frame.to_csv(index=False)
     from tabulate import tabulate
 
-    shown = [[format_cell(c, r[c]) for c in columns] for r in rows]
+    shown = [[comparison_cell(c, r[c]) for c in columns] for r in rows]
     if fmt == "md":
         return tabulate(shown, headers=columns, tablefmt="github", disable_numparse=True) + "\n"
     return fitted(columns, shown, width, [c for c in _WANTED if c in columns], [c for c in _IDENTITY if c in columns])

@@ -19,8 +19,8 @@ def varying(headers: list[str], rows: list[list[str]]) -> list[str]:
     return [h for i, h in enumerate(headers) if len({row[i] for row in rows}) > 1]
 
 
-def choose(headers: list[str], rows: list[list[str]], width: int | None, wanted: Sequence[str],
-           identity: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+def choose_columns(headers: list[str], rows: list[list[str]], width: int | None, wanted: Sequence[str],
+                   identity: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """(the columns shown, in table order; those left out). `wanted`: the columns, most needed first;
     `identity`: columns that tell rows apart, kept first where their values differ."""
     if width is None:
@@ -41,7 +41,7 @@ def fitted(headers: list[str], rows: list[list[str]], width: int | None, wanted:
            identity: Sequence[str] = (), fmt: str = "simple") -> str:
     """The table (tabulate's `fmt`) of the columns that fit `width`, and a line naming those left out."""
     rows = [[str(cell) for cell in row] for row in rows]
-    shown, left_out = choose(headers, rows, width, wanted, identity)
+    shown, left_out = choose_columns(headers, rows, width, wanted, identity)
     while True:  # the estimate of tabulate's padding can be a character short: measure, drop one more if so
         index = [headers.index(h) for h in shown]
         text = tabulate([[row[i] for i in index] for row in rows], headers=shown, tablefmt=fmt, disable_numparse=True)

@@ -90,7 +90,7 @@ def write_report(path: Path, title: str, rows: list[dict[str, Any]], results: di
         mfu_formula=flops.FORMULAS[flops.MEGATRON_MODEL], generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
         columns=RESULT_COLUMNS, rows=[{c: format_cell(c, r.get(c)) for c in RESULT_COLUMNS} for r in rows], text_columns=_TEXT,
         comparison_columns=comparison_table.COMPARISON_COLUMNS,
-        comparison=[{c: comparison_table.format_cell(c, r[c]) for c in comparison_table.COMPARISON_COLUMNS} for r in comparison],
+        comparison=[{c: comparison_table.comparison_cell(c, r[c]) for c in comparison_table.COMPARISON_COLUMNS} for r in comparison],
         reference_name=reference_name, figures=figures, steady=_steady_rows(results),
         provenance=[(f"{run} / {point}", json.dumps(result["provenance"], indent=2, sort_keys=True))
                     for (run, point), result in results.items() if result.get("provenance")],

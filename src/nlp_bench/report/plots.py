@@ -68,7 +68,7 @@ def _reference_nodes(references: list[dict[str, Any]], models) -> list[int]:
     return [ref["Nodes"] for ref in references if ref.get("model") in models]
 
 
-def strong_scaling(rows: list[dict[str, Any]], out_dir: Path, references: list[dict[str, Any]] = ()) -> list[Path]:
+def plot_strong_scaling(rows: list[dict[str, Any]], out_dir: Path, references: list[dict[str, Any]] = ()) -> list[Path]:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -88,7 +88,7 @@ def strong_scaling(rows: list[dict[str, Any]], out_dir: Path, references: list[d
     return _save(fig, out_dir, "strong_scaling")
 
 
-def time_to_report(rows: list[dict[str, Any]], out_dir: Path, references: list[dict[str, Any]] = ()) -> list[Path]:
+def plot_time_to_report(rows: list[dict[str, Any]], out_dir: Path, references: list[dict[str, Any]] = ()) -> list[Path]:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -106,7 +106,7 @@ def time_to_report(rows: list[dict[str, Any]], out_dir: Path, references: list[d
     return _save(fig, out_dir, "time_to_report")
 
 
-def heatmaps(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+def plot_heatmaps(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
     """One TP x PP heatmap per (model, nodes) that a sweep measured in more than one layout."""
     import matplotlib.pyplot as plt
 
@@ -138,7 +138,7 @@ def heatmaps(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
     return paths
 
 
-def trace(point: str, records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+def plot_trace(point: str, records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
     """Iteration time of every logged interval; the intervals the summary excludes as warm-up in orange."""
     import matplotlib.pyplot as plt
 
@@ -170,10 +170,10 @@ def plot_all(rows: list[dict[str, Any]], records: dict[tuple[str, str], list[dic
         raise ResultError("no completed point with a measured Tokens/sec to plot")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = (strong_scaling(done, out_dir, references) + time_to_report(done, out_dir, references)
-             + heatmaps(done, out_dir))
+    paths = (plot_strong_scaling(done, out_dir, references) + plot_time_to_report(done, out_dir, references)
+             + plot_heatmaps(done, out_dir))
     several_runs = len({row["run"] for row in done}) > 1  # the same point may then appear twice
     for row in done:
         name = f"{row['run']}_{row['point']}" if several_runs else row["point"]
-        paths += trace(name, records.get((row["run"], row["point"])) or [], out_dir)
+        paths += plot_trace(name, records.get((row["run"], row["point"])) or [], out_dir)
     return paths

@@ -212,8 +212,8 @@ PRESETS: dict[str, ModelSpec] = {
 
 _INTEGERS = {*SHAPE, "vocab_size", "num_query_groups", "rotary_base"}
 _CHOICES = {"mlp": MLPS, "normalization": NORMS, "position_embedding_type": POSITIONS}
-_SWITCHES = {"untie_embeddings", "bias"}
-FIELDS = _INTEGERS | set(_CHOICES) | _SWITCHES
+_TRUE_OR_FALSE = {"untie_embeddings", "bias"}
+FIELDS = _INTEGERS | set(_CHOICES) | _TRUE_OR_FALSE
 
 
 def check_field(key: str, value: Any) -> str | None:
@@ -222,7 +222,7 @@ def check_field(key: str, value: Any) -> str | None:
         return f"unknown model field {key}; known: {', '.join(sorted(FIELDS))}"
     if key in _CHOICES:
         return None if value in _CHOICES[key] else f"model field {key} must be one of {', '.join(_CHOICES[key])}, got {value!r}"
-    if key in _SWITCHES:
+    if key in _TRUE_OR_FALSE:
         return None if isinstance(value, bool) else f"model field {key} must be true or false, got {value!r}"
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         return f"model field {key} must be a positive integer, got {value!r}"

@@ -39,8 +39,8 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save(root: str, iteration: int, step: int, shape: dict[str, Any], groups: ProcessGroups, stage: torch.nn.Module,
-         optimizer: FlatAdam, rng: ParallelRNG) -> Path:
+def save_shards(root: str, iteration: int, step: int, shape: dict[str, Any], groups: ProcessGroups,
+                stage: torch.nn.Module, optimizer: FlatAdam, rng: ParallelRNG) -> Path:
     """Write this rank's shards; `shape` holds the flags a loading run must agree on (config.CHECKPOINT_SHAPE)."""
     folder = _rank_dir(Path(root), iteration, groups)
     folder.mkdir(parents=True, exist_ok=True)
@@ -76,8 +76,8 @@ def latest(root: str) -> int | None:
         raise UsageError(f"{marker} does not hold an iteration number") from None
 
 
-def load(root: str, shape: dict[str, Any], groups: ProcessGroups, stage: torch.nn.Module, optimizer: FlatAdam,
-         rng: ParallelRNG) -> tuple[int, int]:
+def restore_latest(root: str, shape: dict[str, Any], groups: ProcessGroups, stage: torch.nn.Module,
+                   optimizer: FlatAdam, rng: ParallelRNG) -> tuple[int, int]:
     """(iteration, schedule step) of the newest checkpoint under root, restored into the run."""
     iteration = latest(root)
     if iteration is None:

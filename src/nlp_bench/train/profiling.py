@@ -66,7 +66,7 @@ class StepProfiler:
         wall = time.perf_counter() - self._t0
         self._profiler.__exit__(None, None, None)
         steps = self.end - self.start
-        summary = summarise(self._profiler.key_averages(), wall, steps, self.device_type)
+        summary = summarise_profile(self._profiler.key_averages(), wall, steps, self.device_type)
         self.folder.mkdir(parents=True, exist_ok=True)
         trace = self.folder / f"trace_rank{self.rank}.json"
         self._profiler.export_chrome_trace(str(trace))
@@ -89,7 +89,7 @@ def _on_device(event) -> bool:
     return event.device_type != DeviceType.CPU
 
 
-def summarise(events, wall_s: float, steps: int, device_type: str, top: int = 12) -> dict:
+def summarise_profile(events, wall_s: float, steps: int, device_type: str, top: int = 12) -> dict:
     """Time per category per step (ms) and its share of the step's wall time, and the `top` kernels (or
     operators) by time; `events` are the profiler's key averages. On a GPU each kernel's device time is
     counted once and the rest of the wall time is the host gap."""

@@ -35,7 +35,7 @@ from nlp_bench.train.xla import XlaRuntime, refuse_downcasts
 PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def say(groups: ProcessGroups, text: str) -> None:
+def say_once(groups: ProcessGroups, text: str) -> None:
     """A line of the trainer's own, once (from rank 0)."""
     if groups.rank == 0:
         print(f"nlp-bench trainer: {text}", flush=True)
@@ -212,7 +212,7 @@ class Trainer:
         return seq // tp, self.config.batch.micro_batch_size, self.config.model.hidden_size
 
     def say(self, text: str) -> None:
-        say(self.groups, text)
+        say_once(self.groups, text)
 
     def batches(self, source, first: int) -> list:
         """This dp rank's micro-batches of the global batch that starts at sample `first`, on the device."""
@@ -281,8 +281,8 @@ class Trainer:
 
     def save(self, iteration: int) -> None:
         t_save = time.perf_counter()
-        folder = checkpoint.save(self.config.control.save, iteration, self.position, self.config.checkpoint_shape,
-                                 self.groups, self.model, self.optimizer, self.rng)
+        folder = checkpoint.save_shards(self.config.control.save, iteration, self.position,
+                                        self.config.checkpoint_shape, self.groups, self.model, self.optimizer, self.rng)
         self.say(f"saved checkpoint {folder} in {time.perf_counter() - t_save:.1f} s")
         self.log.exclude(time.perf_counter() - t_save)  # as Megatron: saving is not iteration time
 
@@ -330,20 +330,20 @@ def _introduce(config: TrainConfig, groups: ProcessGroups, device: torch.device,
     on, batch, cfg = config.switches, config.batch, config.model
     libraries = (f" (CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))})"
                  if torch.cuda.is_available() else "")
-    say(groups, f"torch {torch.__version__}{libraries}, backend {config.parallel.backend}, device {device.type}, "
+    say_once(groups, f"torch {torch.__version__}{libraries}, backend {config.parallel.backend}, device {device.type}, "
         f"{torch.get_num_threads()} threads per rank, {on.precision}")
-    say(groups, f"world {groups.world} = tp {groups.tp} x pp {groups.pp} x dp {groups.dp}; micro batch "
+    say_once(groups, f"world {groups.world} = tp {groups.tp} x pp {groups.pp} x dp {groups.dp}; micro batch "
         f"{batch.micro_batch_size}, {batch.micro_batches} micro-batches per iteration, global batch "
         f"{batch.global_batch_size}, sequence {batch.seq_length}; sequence parallel "
         f"{'on' if on.sequence_parallel else 'off'}, distributed optimizer "
         f"{'on' if on.distributed_optimizer else 'off'}, recompute {on.recompute}")
-    say(groups, f"model {config.spec.description()}, vocab {config.data.vocab_size} padded to {cfg.vocab_padded}, "
+    say_once(groups, f"model {config.spec.description()}, vocab {config.data.vocab_size} padded to {cfg.vocab_padded}, "
         f"{sum(p.numel() for p in model.parameters()):,} parameters on rank 0")
     attention = ("scaled_dot_product_attention" if on.masked_softmax_fusion
                  else "unfused (--no-masked-softmax-fusion)")
-    say(groups, f"{kernels.describe()}; attention {attention}")
+    say_once(groups, f"{kernels.describe()}; attention {attention}")
     convention = flops.log_convention(config.spec.flops_shape(batch.global_batch_size, cfg.vocab_padded))
-    say(groups, f"TFLOPs in the log use the {convention} convention; training {config.control.iterations} iterations on "
+    say_once(groups, f"TFLOPs in the log use the {convention} convention; training {config.control.iterations} iterations on "
         f"{'mock data' if config.data.mock else config.data.path}")
 
 
@@ -356,7 +356,7 @@ def _interval_log(config: TrainConfig, groups: ProcessGroups, device: torch.devi
         from nlp_bench.train.energy import EnergyMeter
 
         meter = EnergyMeter()
-        say(groups, f"energy: {meter.mode or 'not measured'}" + (f" ({meter.reason})" if meter.reason else ""))
+        say_once(groups, f"energy: {meter.mode or 'not measured'}" + (f" ({meter.reason})" if meter.reason else ""))
     per_iteration = flops.CONVENTIONS[flops.log_convention(shape)](shape)
     return IntervalLog(groups, batch.global_batch_size, batch.seq_length, per_iteration, config.board,
                        energy=device.type == "cuda", meter=meter)
@@ -392,9 +392,10 @@ def setup(config: TrainConfig) -> Trainer:
     _introduce(config, groups, device, model)
     start, position = 0, 0
     if config.control.load:
-        start, position = checkpoint.load(config.control.load, config.checkpoint_shape, groups, model, optimizer, rng)
+        start, position = checkpoint.restore_latest(config.control.load, config.checkpoint_shape, groups, model,
+                                                    optimizer, rng)
         if start:
-            say(groups, f"resumed from {config.control.load} at iteration {start}")
+            say_once(groups, f"resumed from {config.control.load} at iteration {start}")
     profiler = StepProfiler(config.profile, groups.rank, device.type,
                             lambda text: print(f"nlp-bench trainer: {text}", flush=True))
     log = _interval_log(config, groups, device)
