@@ -225,15 +225,6 @@ def test_public_functions_and_entry_points_are_found(tmp_path):
     assert entry_points() == {"nlp_bench.cli.root", "nlp_bench.train.trainer", "nlp_bench.megatron_own_parser"}
 
 
-#: names two modules of the planner's and the app's still share on this branch, each side being reworked by
-#: another part of issue 51: the lead renames one side after the merge and removes the name from here
-_NOT_YET_RENAMED = {
-    "estimate": ["nlp_bench.plan.memory", "nlp_bench.plan.timing"],
-    "trust": ["nlp_bench.app.planning", "nlp_bench.plan.validation"],
-    "validate": ["nlp_bench.app.planning", "nlp_bench.spec.layout"],
-}
-
-
 def test_no_two_modules_define_a_public_function_of_the_same_name():
     """One meaning per name: `say` or `format_cell` does one thing wherever it is imported from, and a
     caller that reads `load(...)` need not look up which module's load it is. The one exception is `main`,
@@ -246,9 +237,7 @@ def test_no_two_modules_define_a_public_function_of_the_same_name():
     mains = defined.pop("main", set())
     assert mains <= entry_points(), f"main outside an entry point: {sorted(mains - entry_points())}"
     shared = {name: sorted(mods) for name, mods in defined.items() if len(mods) > 1}
-    assert {name: mods for name, mods in shared.items() if _NOT_YET_RENAMED.get(name) != mods} == {}
-    assert {name: mods for name, mods in _NOT_YET_RENAMED.items() if shared.get(name) != mods} == {}, \
-        "renamed: remove the name from _NOT_YET_RENAMED"
+    assert shared == {}
 
 
 #: the flags that choose a precision or activation recompute, in Megatron's and argparse's spelling

@@ -79,14 +79,14 @@ def test_bad_model_overrides_say_why(overrides, words):
 
 
 def test_tp_must_divide_the_query_groups_or_be_a_multiple_of_them():
-    from nlp_bench.spec.layout import Layout, validate
+    from nlp_bench.spec.layout import Layout, valid_layout
 
     assert load_benchmark().point("llama3-8b", tp=4).layout.tp == 4  # 8 groups over 4 ranks
     model = get_model("gpt-125m", num_query_groups=4)  # 12 heads in 4 groups
-    assert validate(model, Layout(3, 4, 2, 1, 1, 1)).tp == 2  # 2 groups per rank
-    assert validate(model, Layout(3, 4, 12, 1, 1, 1)).tp == 12  # each group kept by 3 ranks
+    assert valid_layout(model, Layout(3, 4, 2, 1, 1, 1)).tp == 2  # 2 groups per rank
+    assert valid_layout(model, Layout(3, 4, 12, 1, 1, 1)).tp == 12  # each group kept by 3 ranks
     with pytest.raises(LayoutError, match="tp 6 must divide the 4 query groups or be a multiple of them"):
-        validate(model, Layout(3, 4, 6, 1, 1, 1))
+        valid_layout(model, Layout(3, 4, 6, 1, 1, 1))
 
 
 def test_memory_counts_one_copy_of_a_key_value_head_per_rank_when_tp_exceeds_the_groups():

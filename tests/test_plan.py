@@ -36,7 +36,7 @@ def test_megatron_memory_175b_reference_layout():
     # = 629,145,600; first stage: (173,950,918,656 / 8 + 629,145,600) / 8 = 2,796,626,304 parameters
     assert memory.parameters_on_most_loaded_shard(m, vocab, c) == pytest.approx(2_796_626_304)
     # distributed optimizer over dp 6: 6 + 12/6 = 8 bytes each
-    assert memory.estimate(m, vocab, c).weights_and_optimizer == pytest.approx(22_373_010_432)
+    assert memory.footprint(m, vocab, c).weights_and_optimizer == pytest.approx(22_373_010_432)
     # 34 x 2048 x 12288 = 855,638,016 per layer, x 96 = 82,141,249,536; + 8 x 2048 x 8 = 131,072;
     # + 2048 x 12288 x 8 = 201,326,592; / tp 8 = 10,292,838,400
     assert memory.activation_bytes(m, vocab, c) == pytest.approx(10_292_838_400)
@@ -49,7 +49,7 @@ def test_megatron_memory_13b_reference_layout():
     # 40 x (12 x 5120^2 + 4 x 5120) + 2 x 5120 = 12,583,741,440; embedding 5120 x 50432 = 258,211,840;
     # (12,583,741,440 / 4 + 258,211,840) / 2 = 1,702,073,600 parameters; x (2 + 2 + 12/4) bytes: with fp16 the
     # reference's Megatron accumulates gradients in fp16 (bf16 alone forces --accumulate-allreduce-grads-in-fp32)
-    assert memory.estimate(m, vocab, c).weights_and_optimizer == pytest.approx(11_914_515_200)
+    assert memory.footprint(m, vocab, c).weights_and_optimizer == pytest.approx(11_914_515_200)
     # 34 x 2048 x 5120 x 40 = 14,260,633,600; + 65,536 + 41,943,040; / 2 = 7,151,321,088
     assert memory.activation_bytes(m, vocab, c) == pytest.approx(7_151_321_088)
 
@@ -59,7 +59,7 @@ def test_megatron_memory_single_stage_adds_the_output_layer():
     vocab = pad_vocab(m.vocab_size, 1)
     assert vocab == 50304
     # 24 x (12 x 2048^2 + 4 x 2048) + 2 x 2048 + 2048 x 50304 = 1,311,182,848 parameters x 18 bytes
-    assert memory.estimate(m, vocab, c).weights_and_optimizer == pytest.approx(23_601_291_264)
+    assert memory.footprint(m, vocab, c).weights_and_optimizer == pytest.approx(23_601_291_264)
     # flash attention: no s^2 term even without recompute. 34 x 2048 x 4 x 2048 x 24 = 13,690,208,256;
     # + 8 x 2048 x 4 = 65,536; + 2048 x 4 x 2048 = 16,777,216; output layer and loss:
     # 2048 x 4 x 2048 x 4 x (1 + 50304 / 2048) = 1,715,470,336; total 15,422,521,344
@@ -665,9 +665,9 @@ def test_fp8_param_gather_keeps_and_gathers_the_linear_weights_in_one_byte():
     assert plain.gather_bytes - fp8.gather_bytes == pytest.approx(15 / 16 * linear)  # dp 16, a byte less each
     assert fp8.weight_cast_bytes == pytest.approx(2 * linear) and plain.weight_cast_bytes == pytest.approx(4 * linear)
     assert plain.optimizer_bytes - fp8.optimizer_bytes == pytest.approx(linear / 16)  # the shard's weights written
-    bf16 = memory.estimate(m, vocab, c.changed(precision="bf16")).weights_and_optimizer
-    assert memory.estimate(m, vocab, c).weights_and_optimizer - bf16 == pytest.approx(10_871_635_968)
-    assert memory.estimate(m, vocab, kept).weights_and_optimizer == pytest.approx(bf16)
+    bf16 = memory.footprint(m, vocab, c.changed(precision="bf16")).weights_and_optimizer
+    assert memory.footprint(m, vocab, c).weights_and_optimizer - bf16 == pytest.approx(10_871_635_968)
+    assert memory.footprint(m, vocab, kept).weights_and_optimizer == pytest.approx(bf16)
     assert decode({"fp8-param-gather": True}).fp8_param_gather and not decode({}).fp8_param_gather
     # Megatron refuses it without FP8 or the distributed optimizer: so does every path into the planner
     for wrong in (kept.changed(precision="bf16"), kept.changed(distributed_optimizer=False)):

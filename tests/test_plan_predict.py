@@ -218,7 +218,7 @@ def test_tensor_parallel_overlap_hides_collectives_behind_the_gemms(bench, tmp_p
     from nlp_bench.plan.explicit import read_row
 
     planned = read_row({**BASE, "id": "overlap", "tp_comm_overlap": True}, 1, "rows").planned
-    without = replace(validation.trust(None).ranges, tp_overlap=False)
+    without = replace(validation.corpus_trust(None).ranges, tp_overlap=False)
     assert "tensor-parallel communication overlap not in the corpus" in without.outside(
         planned.model, planned.system, planned.candidate, planned.model.vocab_size)
 
@@ -257,7 +257,7 @@ def test_uneven_stages_need_the_memory_of_one_stage_not_the_worst_of_each():
     c = Candidate.of(nodes=4, devices_per_node=8, tp=8, pp=4, mbs=1, gas=16, recompute="selective",
                   first_stage_layers=18, last_stage_layers=22)
     vocab = pad_vocab(model.vocab_size, c.layout.tp)
-    found = memory.estimate(model, vocab, c)
+    found = memory.footprint(model, vocab, c)
     per_parameter = memory.bytes_per_parameter(c)
     worst_of_each = memory.parameters_on_most_loaded_shard(model, vocab, c) * per_parameter + \
         memory.activation_bytes(model, vocab, c)

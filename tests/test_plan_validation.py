@@ -32,7 +32,7 @@ def rows():
 
 @pytest.fixture(scope="module")
 def trust(tmp_path_factory):
-    return validation.trust(tmp_path_factory.mktemp("results"))
+    return validation.corpus_trust(tmp_path_factory.mktemp("results"))
 
 
 def test_the_corpus_holds_the_published_tables_with_sources(rows):
@@ -241,7 +241,7 @@ def test_the_reference_layout_fits_on_juwels_booster(nodes):
     lay, on = c.layout, c.switches
     assert (lay.tp, lay.pp, lay.vp, lay.mbs, lay.gas, on.recompute, on.distributed_optimizer) == (8, 8, 1, 1, 16, "selective",
                                                                                                   True)
-    assert memory.estimate(base.model, pad_vocab(base.model.vocab_size, 8), c).gib <= 40
+    assert memory.footprint(base.model, pad_vocab(base.model.vocab_size, 8), c).gib <= 40
 
 
 def test_predictions_carry_an_interval_and_say_when_they_extrapolate(tmp_path):
@@ -342,7 +342,7 @@ def test_a_sweep_cell_is_estimated_as_the_planner_would_plan_it(tmp_path):
     assert ran.ran and not failed.ran and ran.id == "t/tp2-cp2-pp1-mbs1-8"
     c = Candidate.of(2, 4, 2, 1, 1, 32, cp=2, recompute="none")
     model = replace(get_model("llama3-8b"), seq_length=16384, max_position_embeddings=16384)
-    assert ran.predicted_gib == pytest.approx(memory.estimate(model, pad_vocab(model.vocab_size, 2), c).gib)
+    assert ran.predicted_gib == pytest.approx(memory.footprint(model, pad_vocab(model.vocab_size, 2), c).gib)
     assert failed.predicted_gib > 40 and not failed.predicted_to_fit
     for bad, needle in ((2, 3, 1, 1, 8, None), "does not divide its 8 GPUs"), ([2, 1, 1, 3, 4, None], "does not divide the batch 64"), \
             ([2, 1, 1, 1, None], "a cell is [tp, cp, pp, micro-batch, GPUs, figure or null]"):

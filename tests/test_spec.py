@@ -2,7 +2,7 @@ import pytest
 
 from nlp_bench.errors import LayoutError, SpecError
 from nlp_bench.spec.benchmark import load_benchmark
-from nlp_bench.spec.layout import Layout, problems, validate
+from nlp_bench.spec.layout import Layout, problems, valid_layout
 from nlp_bench.spec.models import get_model, pad_vocab
 from nlp_bench.spec.systems import known_systems, load_system
 
@@ -36,7 +36,7 @@ def test_layout_reasons_are_in_words():
     assert "pp 3 must divide the number of layers 40" in text
     assert any("tp x pp = 9 must divide the 12 devices" in f for f in found)
     with pytest.raises(LayoutError, match="impossible layout for gpt-13b"):
-        validate(m, Layout(nodes=1, devices_per_node=4, tp=8, pp=1, mbs=1, gas=1))
+        valid_layout(m, Layout(nodes=1, devices_per_node=4, tp=8, pp=1, mbs=1, gas=1))
     assert problems(m, Layout(nodes=0, devices_per_node=4, tp=1, pp=1, mbs=1, gas=1)) == [
         "nodes must be a positive integer, got 0"]
 

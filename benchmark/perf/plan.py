@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     base = points.from_point(load_benchmark("nlp").point("175"))
-    trust = validation.trust(None)
+    trust = validation.corpus_trust(None)
     count = sum(1 for _ in ranking.candidates(base.model, base.system, SPACE, base.candidate))
     enum_times, rank_times = [], []
     for _ in range(args.repeats):

@@ -45,7 +45,7 @@ def main() -> None:
                     help="the system profile a table ran on (repeat per table)")
     ap.add_argument("--rows", action="store_true", help="print every layout")
     args = ap.parse_args()
-    trust = validation.trust(None)
+    trust = validation.corpus_trust(None)
     low, high = trust.error_low, trust.error_high
     tables = {t["id"]: t for t in load_yaml(outcomes.outcomes_path(), "planner memory file")["tables"]}
     print(f"corpus fit {trust.efficiency}; interval {low:+.3f}..{high:+.3f}")

@@ -36,7 +36,7 @@ def _progress(done: int, total: int) -> None:
 def trust(results_dir: Path) -> validation.Trust:
     """The corpus fit and its leave-one-source-out errors (computed once, then read from the results folder)."""
     try:
-        return validation.trust(results_dir, _progress)
+        return validation.corpus_trust(results_dir, _progress)
     except timing.NotPlannable as exc:
         raise PlanError(f"the planner corpus names a system the planner cannot time: {exc}") from None
 
@@ -167,7 +167,7 @@ def memory_check() -> dict:
     misses: list[str] = []
     for row in load_corpus():
         p = row.planned
-        gib = memory.estimate(p.model, pad_vocab(p.model.vocab_size, p.candidate.layout.tp), p.candidate).gib
+        gib = memory.footprint(p.model, pad_vocab(p.model.vocab_size, p.candidate.layout.tp), p.candidate).gib
         ok = p.system.device_memory_gib is None or gib <= p.system.device_memory_gib
         ran, fit = ran + 1, fit + ok
         if not ok:

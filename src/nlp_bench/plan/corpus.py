@@ -18,7 +18,7 @@ from nlp_bench.plan.candidate import STATED_START, Candidate
 from nlp_bench.plan.points import Planned
 from nlp_bench.spec.layout import Layout
 from nlp_bench.spec.models import ModelSpec, get_model
-from nlp_bench.spec.switches import settings
+from nlp_bench.spec.switches import read_settings
 from nlp_bench.spec.systems import System, load_system
 from nlp_bench.spec.yamlio import load_yaml
 
@@ -101,7 +101,7 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
         model = _model(row["model"], defaults, where)
         # a setting neither the row nor the defaults give keeps Megatron-LM's current default
         try:
-            switches = settings({**defaults, **row}, STATED_START, where)
+            switches = read_settings({**defaults, **row}, STATED_START, where)
         except SpecError as exc:
             raise PlanError(str(exc)) from None
         sizes = {k: v for k, v in row["layout"].items() if k != "nodes"}

@@ -24,7 +24,7 @@ from nlp_bench.plan.candidate import STATED_START, Candidate
 from nlp_bench.plan.points import Planned
 from nlp_bench.spec.layout import Layout, tiles
 from nlp_bench.spec.models import PRESETS, ModelSpec, from_flags, get_model
-from nlp_bench.spec.switches import SETTING_KEYS, setting_help, settings
+from nlp_bench.spec.switches import SETTING_KEYS, read_settings, setting_help
 from nlp_bench.spec.systems import System, load_system, load_system_file
 from nlp_bench.spec.yamlio import load_yaml
 
@@ -152,7 +152,7 @@ def read_row(row: Any, index: int, source: str) -> Row:
     try:
         model = _row_model(row["model"], where)
         system = _system(row["system"], where, Path(source).parent)
-        switches = settings(row, STATED_START, where)
+        switches = read_settings(row, STATED_START, where)
     except SpecError as exc:  # a preset or profile that cannot be read: say which row named it
         message = str(exc)
         raise SpecError(message if message.startswith(where) else f"{where}: {message}") from None

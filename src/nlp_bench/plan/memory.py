@@ -158,7 +158,7 @@ class MemoryEstimate:
         return self.total / GIB
 
 
-def estimate(model: ModelSpec, vocab_padded: int, c: Candidate) -> MemoryEstimate:
+def footprint(model: ModelSpec, vocab_padded: int, c: Candidate) -> MemoryEstimate:
     """The pipeline stage that needs most: its weights and optimizer states with its activations (with
     uneven stages, not necessarily the stage that holds most of either)."""
     per_parameter = bytes_per_parameter(c)

@@ -18,7 +18,7 @@ from nlp_bench.plan import memory
 from nlp_bench.plan.candidate import STATED_START, Candidate
 from nlp_bench.spec.layout import Layout, replica_devices, tiles
 from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
-from nlp_bench.spec.switches import Switches, settings
+from nlp_bench.spec.switches import Switches, read_settings
 from nlp_bench.spec.yamlio import load_yaml
 
 OUTCOMES_FILE = "planner-memory.yaml"
@@ -70,7 +70,7 @@ def _table(table: object, where: str) -> tuple[ModelSpec, dict, Switches]:
     if wrong:
         raise PlanError(f"{where}: {', '.join(wrong)} must be positive (whole numbers but for the memory)")
     try:
-        switches = settings(table, STATED_START, where)
+        switches = read_settings(table, STATED_START, where)
     except SpecError as exc:
         raise PlanError(str(exc)) from None
     if not isinstance(table["cells"], list) or not table["cells"]:
@@ -109,6 +109,6 @@ def load_outcomes(path: Path | None = None) -> Iterator[Outcome]:
                                 f"batch {batch}")
             c = Candidate(replace(layout, gas=gas), replace(switches, sequence_parallel=switches.sequence_parallel
                                                             and tp > 1))
-            gib = memory.estimate(model, pad_vocab(model.vocab_size, tp), c).gib
+            gib = memory.footprint(model, pad_vocab(model.vocab_size, tp), c).gib
             yield Outcome(f"{table['id']}/tp{tp}-cp{cp}-pp{pp}-mbs{mbs}-{gpus}", str(table["publication"]), ran, gib,
                           float(memory_gib))

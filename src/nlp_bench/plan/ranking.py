@@ -65,7 +65,7 @@ def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficien
     if problems:
         return Prediction(c, None, False, None, "; ".join(problems))
     vocab = pad_vocab(model.vocab_size, c.layout.tp)
-    gib = memory.estimate(model, vocab, c).gib
+    gib = memory.footprint(model, vocab, c).gib
     tokens = c.layout.global_batch_size * model.seq_length / timing.estimate(model, vocab, c, system, eff).iteration_s
     low = high = None
     outside: tuple[str, ...] = ()

@@ -188,7 +188,7 @@ def _digest(path: Path) -> str:
 _MEMO: dict[str, Trust] = {}
 
 
-def trust(results_dir: Path | None, progress: Callable[[int, int], None] | None = None,
+def corpus_trust(results_dir: Path | None, progress: Callable[[int, int], None] | None = None,
           path: Path | None = None) -> Trust:
     """The planner's trust, from the cache when the corpus and the model are unchanged."""
     path = path or corpus_path()

@@ -11,7 +11,7 @@ from typing import Any
 from nlp_bench.errors import LayoutError, SpecError, unknown
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, BatchChoice, check_rule, choose
-from nlp_bench.spec.layout import Layout, data_parallel_size, tiles, validate
+from nlp_bench.spec.layout import Layout, data_parallel_size, tiles, valid_layout
 from nlp_bench.spec.models import ARCHITECTURE_FLAGS, ModelSpec, check_field, get_model, pad_vocab
 from nlp_bench.spec.switches import PRECISION_FLAGS, decode, precision_of
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
@@ -174,7 +174,7 @@ class Benchmark:
                             data_parallel_size(sizes[0] * sizes[1], sizes[2], sizes[3]), sizes[4],
                             gas=layout.get("gas"), global_batch_size=global_batch_size)
         gas = chosen.gas if chosen else layout.get("gas") or own.get("gas", 1)
-        layout = validate(model_spec, Layout(*sizes, gas))
+        layout = valid_layout(model_spec, Layout(*sizes, gas))
         unrunnable = None
         if sys_.backend == "xla" and layout.pp > 1:
             why = (f"pipeline parallelism (pp {layout.pp}) is not available with the xla backend of system "

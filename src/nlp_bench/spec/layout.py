@@ -336,7 +336,7 @@ def violations(model: ModelSpec, layout: Layout, sequence_parallel: bool = False
         etp=layout.etp, num_experts=getattr(model, "num_experts", None))
 
 
-def validate(model: ModelSpec, layout: Layout) -> Layout:
+def valid_layout(model: ModelSpec, layout: Layout) -> Layout:
     """The layout, or a LayoutError that lists every problem."""
     found = problems(model, layout)
     if found:

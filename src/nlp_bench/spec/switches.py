@@ -134,7 +134,7 @@ def setting_help(base: Switches) -> str:
     return "\n".join(line(f) for f in fields(Switches) if "help" in f.metadata)
 
 
-def settings(mapping: Mapping[str, Any], base: Switches, where: str) -> Switches:
+def read_settings(mapping: Mapping[str, Any], base: Switches, where: str) -> Switches:
     """`base` with the settings `mapping` states by their keys (a rows file's row, the corpus, a table);
     other keys are the caller's. A wrong type or choice is a SpecError naming `where` and the key;
     precision fp8 is bf16 with Transformer Engine's FP8 (fp8_format hybrid unless given)."""
