@@ -51,7 +51,7 @@ def test_every_view_shows_the_same_jube_and_steady_figures(bench, tmp_path, meas
     status = bench("status").stdout
     assert f"{jube:,.0f}" in status and "JUBE's figure" in status
 
-    from nlp_bench.app.execute import LogFollower
+    from nlp_bench.app.local_jobs import LogFollower
 
     follower = LogFollower(measured / "job.out", metrics.JubeFigure(SEQ, GBS))
     assert follower.update().iteration == 35 and follower.figure.value == pytest.approx(jube)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,12 @@ def _fingerprint(log: Path) -> dict[str, int] | None:
     return {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
 
 
-def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None = None) -> dict[str, Any] | None:
+def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None = None,
+                  point: PointRecord | None = None) -> dict[str, Any] | None:
     """The point's result: job.out parsed into result.json, again only when the log is not the one the
     result was made from. Without a log, an earlier result.json stands (and `notes` hears so); None when
-    there is neither. A result that cannot be kept (a read-only folder, a full disk) is still returned."""
+    there is neither. A result that cannot be kept (a read-only folder, a full disk) is still returned.
+    `point`: its point.json where the caller has read it already."""
     point_dir = Path(point_dir)
     folder = PointDir(point_dir)
     log = point_dir / JOB_OUT
@@ -69,7 +72,7 @@ def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None 
         return kept
     if not force and kept is not None and kept.get("source") == seen:
         return kept
-    point = folder.point()
+    point = folder.point() if point is None else point
     try:
         parsed = parsers.parse_log(log)
     except parsers.ParseError:
@@ -87,7 +90,7 @@ def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None 
         "summary": summary.to_dict() if summary else None,
         "steady": metrics.steady_summary(records, seq_length)[1] if records else None,
         "energy": _energy(point, records, log_tail, folder),
-        "provenance": provenance(folder, log_tail),
+        "provenance": provenance(folder, log_tail, point),
         "xla": xla_counts(log_tail),
         "records": [r.to_dict() for r in records],
     }
@@ -166,7 +169,7 @@ def xla_counts(log_text: str) -> dict[str, Any] | None:
 _LIBRARIES = re.compile(r"nlp-bench trainer: torch (\S+?),?(?: \(CUDA (\S+), NCCL ([^)]+)\))?, backend")
 
 
-def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
+def provenance(folder: PointDir, log_text: str, point: PointRecord | None = None) -> dict[str, Any]:
     """Where a number comes from: the commit that rendered the jobscript, the sha256 of the script as it was
     submitted (hashed then, not now: the file may have been edited since), the nodes, the library versions
     the trainer reported, the Python packages the job found (torch-xla and the Neuron packages among them) and
@@ -195,7 +198,7 @@ def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
         "packages": folder.packages(),
         "environment": environment,
     }
-    made = folder.point().megatron_lm
+    made = (folder.point() if point is None else point).megatron_lm
     if made is not None:  # what the job found at start, beside what its arguments were made for
         found["megatron_lm"] = {"version": environment.get("MEGATRON_LM_VERSION"),
                                 "commit": environment.get("MEGATRON_LM_COMMIT"),
@@ -205,13 +208,13 @@ def provenance(folder: PointDir, log_text: str) -> dict[str, Any]:
 
 
 def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[str, Any] | None = None,
-              notes: list[str] | None = None) -> dict[str, Any]:
-    """The table row of a point; `result` is its analysed result.json when the caller has it already. A
-    damaged prediction leaves the row without one (and `notes` hears why)."""
+              notes: list[str] | None = None, point: PointRecord | None = None) -> dict[str, Any]:
+    """The table row of a point; `result` is its analysed result.json and `point` its point.json when the
+    caller has them already. A damaged prediction leaves the row without one (and `notes` hears why)."""
     folder = PointDir(point_dir)
-    point = folder.point()
+    point = folder.point() if point is None else point
     attempt = folder.attempt()
-    result = (analyse_point(point_dir) or {}) if result is None else result
+    result = (analyse_point(point_dir, point=point) or {}) if result is None else result
     summary = result.get("summary") or {}
     lay = point.layout
     try:
@@ -285,6 +288,23 @@ def run_results(run: Run, problems: Problems | None = None) -> list[tuple[dict[s
     """Each point's table row with its analysed result.json ({} for a point without a log), for the
     commands that need more than the row (records, steady state, provenance). With `problems`, a point
     whose files are damaged is left out and named there; without, the first such error is raised."""
+    return [(found.row, found.result) for found in analysed_points(run, problems)]
+
+
+@dataclass(frozen=True)
+class AnalysedPoint:
+    """A point of a run as the views use it: its point.json as read (None where its folder is gone), its
+    table row and its analysed result.json ({} without a log)."""
+
+    record: PointRecord | None
+    row: dict[str, Any]
+    result: dict[str, Any]
+
+
+def analysed_points(run: Run, problems: Problems | None = None,
+                    known: Mapping[str, PointRecord] | None = None) -> list[AnalysedPoint]:
+    """run_results with each point's point.json record beside its row, read once; `known`: the records, by
+    point id, that the caller read or wrote already, not read again."""
     record = run.record()
     version = record.versions.get("nlp-bench")
     out = []
@@ -293,11 +313,12 @@ def run_results(run: Run, problems: Problems | None = None) -> list[tuple[dict[s
         if not folder.exists():
             if problems is not None:
                 problems.add(f"{folder.path}: missing (run.json lists it; the folder was moved or removed)")
-            out.append((missing_row(run.id, folder.id, version), {}))
+            out.append(AnalysedPoint(None, missing_row(run.id, folder.id, version), {}))
             continue
         try:
-            result = analyse_point(folder.path, notes=notes) or {}
-            out.append((point_row(folder.path, version, run.id, result, notes), result))
+            point = (known or {}).get(folder.id) or folder.point()
+            result = analyse_point(folder.path, notes=notes, point=point) or {}
+            out.append(AnalysedPoint(point, point_row(folder.path, version, run.id, result, notes, point), result))
         except BenchError as exc:
             if problems is None:
                 raise

@@ -200,20 +200,19 @@ def _reference_points(benchmark: str) -> list[tuple[points.Planned, float, str]]
 
 
 def _run_points(results_dir: Path, refs: list[str]) -> list[tuple[points.Planned, float, str]]:
-    from nlp_bench.analysis.results import run_results
+    """Each completed point's measured tokens/s, planned from the point.json its analysis read."""
+    from nlp_bench.analysis.results import analysed_points
     from nlp_bench.store import states
-    from nlp_bench.store.point_folder import PointDir
     from nlp_bench.store.runs import find_run
 
     out = []
     for ref in refs:
         run_ = find_run(results_dir, ref)
-        for row, _ in run_results(run_):
-            tokens = row.get("Tokens/sec")
-            if row.get("state") != states.COMPLETED or not tokens:
+        for found in analysed_points(run_):
+            tokens = found.row.get("Tokens/sec")
+            if found.row.get("state") != states.COMPLETED or not tokens:
                 continue
-            data = PointDir(run_.path / row["point"]).point().data
-            out.append((points.from_point_json(data), float(tokens), f"{run_.id}/{row['point']}"))
+            out.append((points.from_point_json(found.record.data), float(tokens), f"{run_.id}/{found.row['point']}"))
     return out
 
 
