@@ -15,8 +15,9 @@ PKG = Path(__file__).resolve().parent.parent / "src" / "nlp_bench"
 _ABOVE_THE_STORE = {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data",
                     "kernels", "api"}
 FORBIDDEN = {
-    "store": _ABOVE_THE_STORE,
-    "flops": _ABOVE_THE_STORE | {"store"},
+    "store": _ABOVE_THE_STORE | {"registry"},
+    "flops": _ABOVE_THE_STORE | {"store", "registry"},
+    "registry": _ABOVE_THE_STORE | {"store", "flops"},
     "spec": {"sweep", "launch", "train", "analysis", "report", "cli", "app", "data", "plan", "store"},
     "data": {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "store"},
     "sweep": {"launch", "train", "analysis", "report", "cli", "app", "plan"},

@@ -12,7 +12,7 @@ from nlp_bench.app.stage_records import LaunchOptions, Order, PointOnDisk, Writt
 from nlp_bench.app.stages import launch_jobs, run_stages
 from nlp_bench.app.sweep_selection import DEFAULT_MAX_POINTS, SHOWN_LAYOUT, Selection
 from nlp_bench.errors import BenchError, SpecError
-from nlp_bench.launch.executor import get_executor
+from nlp_bench.launch.executor import executor_for, get_executor
 from nlp_bench.launch.refresher import Refresher
 from nlp_bench.report.console import progress_bar, say, warn
 from nlp_bench.spec.benchmark import Point, load_benchmark
@@ -109,7 +109,7 @@ def _order(root: Path, points: list[Point], dry_run: bool, options: LaunchOption
     if options.sbatch:
         points = [dataclasses.replace(p, sbatch={**p.sbatch, **dict(options.sbatch)}) for p in points]
     system = points[0].system  # the points of a run share their system
-    executor = get_executor(system.executor)
+    executor = executor_for(system)
     options.check(executor)
     if not dry_run:
         executor.check_available()  # fail before anything is written
