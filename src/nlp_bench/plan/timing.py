@@ -133,6 +133,8 @@ class Work:
     overlap_p2p: bool  # each send behind the chunk computed meanwhile (interleaving only)
     reduce_behind_backward: bool
     gather_behind_forward: bool
+    #: Megatron's --overlap-param-gather-with-optimizer-step: the first chunk's gather behind the others' steps
+    first_gather_behind_optimizer: bool
     latency: float
     matmul: float  # FLOP/s a large GEMM reaches (the measured matmul rate, not the datasheet peak)
     memory_bandwidth: float  # bytes/s
@@ -233,6 +235,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         bubble_layers=bubble_layers, sends=lay.vp * lay.gas + lay.pp - 1 if lay.pp > 1 else 0, pp=lay.pp, vp=lay.vp,
         overlap_p2p=on.overlap_p2p_comm and lay.vp > 1, reduce_behind_backward=on.overlap_grad_reduce,
         gather_behind_forward=on.overlap_param_gather,
+        first_gather_behind_optimizer=on.overlap_param_gather_with_optimizer_step and lay.vp > 1,
         latency=(system.link_latency_us or 0.0) * 1e-6, matmul=system.matmul_rate()[0] * 1e12,
         memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
         fp8_flops=linear_share if on.fp8 else 0.0,
@@ -336,13 +339,14 @@ def _context_exchange(model: ModelSpec, c: Candidate, system: System, layers: in
             "cp_hidden_flops": core_flops}
 
 
-def _behind_chunks(total: float, per_micro_batch: float, w: Work) -> float:
+def _behind_chunks(total: float, per_micro_batch: float, w: Work, head_start: float = 0.0) -> float:
     """What a data-parallel collective of the vp chunks' weights leaves exposed when each chunk's share
     starts once its last backward starts (or must end before its first forward): the chunks take turns pp
     chunk-steps apart, the network serves their shares in turn, so the last k shares have the last chunk's
-    step and k - 1 gaps of pp steps to hide in; the worst k is the first or the last."""
+    step and k - 1 gaps of pp steps to hide in; the worst k is the first or the last. A gather that starts
+    `head_start` seconds early (behind the optimizer's step) hides that much more of the queue."""
     step = per_micro_batch / w.vp
-    return max(0.0, max((k * total / w.vp - ((k - 1) * w.pp + 1) * step) for k in (1, w.vp)))
+    return max(0.0, max((k * total / w.vp - ((k - 1) * w.pp + 1) * step) for k in (1, w.vp)) - head_start)
 
 
 def timed(w: Work, eff: Efficiency) -> TimeEstimate:
@@ -380,9 +384,11 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     dp_bw = w.dp_bandwidth * eff.network
     t_reduce = w.reduce_bytes / dp_bw + w.reduce_steps * w.latency
     t_gather = w.gather_bytes / dp_bw + w.gather_steps * w.latency
-    exposed = (_behind_chunks(t_reduce, t_compute * 2 / 3, w) if w.reduce_behind_backward else t_reduce) + \
-              (_behind_chunks(t_gather, t_compute / 3, w) if w.gather_behind_forward else t_gather)
     t_opt = w.optimizer_bytes / memory_bw
+    # the first chunk's gather starts when its own step ends, behind the other chunks' steps
+    head_start = t_opt * (w.vp - 1) / w.vp if w.first_gather_behind_optimizer else 0.0
+    exposed = (_behind_chunks(t_reduce, t_compute * 2 / 3, w) if w.reduce_behind_backward else t_reduce) + \
+              (_behind_chunks(t_gather, t_compute / 3, w, head_start) if w.gather_behind_forward else t_gather)
     t_casts = w.weight_cast_bytes / memory_bw
     steady = w.micro_batches * (t_compute + t_tp)
     bubble = w.bubble * (t_gemm * w.bubble_flops + (t_layers + t_tp) * w.bubble_layers)

@@ -60,6 +60,10 @@ class Switches:
     overlap_grad_reduce: bool = _flag("overlap-grad-reduce", "the gradient reduce behind the backward")
     overlap_param_gather: bool = _flag("overlap-param-gather", "the distributed optimizer's gather behind "
                                        "the forward")
+    overlap_param_gather_with_optimizer_step: bool = _flag(
+        "overlap-param-gather-with-optimizer-step", "with interleaving, the first model chunk's gather started "
+        "once its optimizer step is done, behind the other chunks' steps (needs the distributed optimizer and "
+        "overlap_param_gather)")
     flash_attention: bool = _flag("use-flash-attn", "fused (flash) attention")
     masked_softmax_fusion: bool = _flag("no-masked-softmax-fusion", "the fused masked softmax", True)
     persist_layer_norm: bool = _flag("no-persist-layer-norm", "the persistent layer norm kernel", True)
@@ -109,12 +113,17 @@ class Switches:
             out.append(FP8_PARAM_GATHER_NEEDS)
         if self.tp_comm_overlap and not self.sequence_parallel:
             out.append(TP_COMM_OVERLAP_NEEDS)
+        if self.overlap_param_gather_with_optimizer_step and not (self.overlap_param_gather
+                                                                  and self.distributed_optimizer):
+            out.append(GATHER_WITH_STEP_NEEDS)
         return out
 
 
 #: Megatron-LM's --fp8-param-gather keeps FP8 weights: it needs FP8 and the distributed optimizer that gathers them
 FP8_PARAM_GATHER_NEEDS = "fp8_param_gather needs precision fp8 and the distributed optimizer"
 TP_COMM_OVERLAP_NEEDS = "tp_comm_overlap needs sequence_parallel (Megatron-LM refuses it without)"
+GATHER_WITH_STEP_NEEDS = ("overlap_param_gather_with_optimizer_step needs overlap_param_gather and the distributed "
+                          "optimizer (Megatron-LM refuses it without)")
 FP8_FORMATS = ("e4m3", "hybrid")
 #: the choices of the settings that are words
 _CHOICES = {"recompute": RECOMPUTE, "recompute_method": RECOMPUTE_METHODS, "fp8_format": FP8_FORMATS,
