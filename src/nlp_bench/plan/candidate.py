@@ -13,6 +13,8 @@ from nlp_bench.spec.switches import Switches
 
 #: Megatron's unfused attention asserts one context-parallel rank (megatron/core/transformer/dot_product_attention.py)
 CP_NEEDS_FLASH = "context parallelism (cp > 1) needs flash attention: Megatron's unfused attention runs on cp 1 only"
+#: Megatron-LM asserts interleaving with --overlap-param-gather-with-optimizer-step (megatron/training/arguments.py)
+GATHER_WITH_STEP_NEEDS_VP = "overlap_param_gather_with_optimizer_step needs interleaving (vp > 1)"
 
 #: where the planner's search starts when nothing states a setting: bf16 with Megatron-LM's current defaults
 #: and the memory savers a large model is trained with (selective recompute, the distributed optimizer,
@@ -59,6 +61,8 @@ class Candidate:
         out = self.switches.problems()
         if self.layout.cp > 1 and not self.switches.flash_attention:
             out.append(CP_NEEDS_FLASH)
+        if self.switches.overlap_param_gather_with_optimizer_step and self.layout.vp == 1:
+            out.append(GATHER_WITH_STEP_NEEDS_VP)
         return out
 
     def problems(self, model: ModelSpec) -> list[str]:
