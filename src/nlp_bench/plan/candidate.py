@@ -25,7 +25,7 @@ SEARCH_START = Switches(precision="bf16", recompute="selective", distributed_opt
 #: with bf16 and flash attention (recompute none, no distributed optimizer, no sequence parallelism)
 STATED_START = Switches(precision="bf16", flash_attention=True, overlap_p2p_comm=True)
 
-_SWITCH_FIELDS = frozenset(f.name for f in fields(Switches))
+_SETTING_FIELDS = frozenset(f.name for f in fields(Switches))
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,10 @@ class Candidate:
     def changed(self, **given: Any) -> Candidate:
         """This candidate with layout fields and settings replaced by name, each given to its owner (a
         layout's field to the Layout, a setting to the Switches); precision fp8 is bf16 with FP8 GEMMs."""
-        unknown = set(given) - set(LAYOUT_FIELDS) - _SWITCH_FIELDS
+        unknown = set(given) - set(LAYOUT_FIELDS) - _SETTING_FIELDS
         if unknown:
             raise TypeError(f"neither a layout field nor a setting: {', '.join(sorted(unknown))}")
-        chosen = {k: v for k, v in given.items() if k in _SWITCH_FIELDS}
+        chosen = {k: v for k, v in given.items() if k in _SETTING_FIELDS}
         if chosen.get("precision") == "fp8":
             chosen.update(precision="bf16", fp8_format=chosen.get("fp8_format") or "hybrid")
         elif "precision" in chosen:

@@ -31,9 +31,9 @@ from nlp_bench.spec.yamlio import load_yaml
 #: the Megatron-LM flags (without `--`) a model mapping may give, and what each must be
 _INT_FLAGS = ("num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size",
               "seq-length", "max-position-embeddings", "vocab-size", "rotary-base")
-_SWITCH_FLAGS = ("group-query-attention", "swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear")
+_TRUE_OR_FALSE_FLAGS = ("group-query-attention", "swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear")
 _CHOICE_FLAGS = {"normalization": ("LayerNorm", "RMSNorm"), "position-embedding-type": ("learned_absolute", "rope")}
-MAPPING_FLAGS = (*_INT_FLAGS, *_SWITCH_FLAGS, *_CHOICE_FLAGS, "name")
+MAPPING_FLAGS = (*_INT_FLAGS, *_TRUE_OR_FALSE_FLAGS, *_CHOICE_FLAGS, "name")
 _REQUIRED_MODEL = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "vocab-size")
 
 #: a row's parallel sizes by its key, and the Layout field each becomes
@@ -82,7 +82,7 @@ def model_from_flags(mapping: Mapping[str, Any], where: str) -> ModelSpec:
     missing = [k for k in _REQUIRED_MODEL if k not in mapping]
     if missing:
         raise SpecError(f"{where}: the model needs {', '.join(missing)}")
-    _check_types(mapping, _INT_FLAGS, _SWITCH_FLAGS, f"{where}: model flag")
+    _check_types(mapping, _INT_FLAGS, _TRUE_OR_FALSE_FLAGS, f"{where}: model flag")
     for key, choices in _CHOICE_FLAGS.items():
         if key in mapping and mapping[key] not in choices:
             raise SpecError(f"{where}: model flag {key} must be one of {', '.join(choices)}, got {mapping[key]!r}")
