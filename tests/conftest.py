@@ -13,6 +13,19 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+#: the folder of Megatron-LM source archives the tests that run Megatron-LM's own code read (third-party code,
+#: not in the repository: docs/testing.md); None where MEGATRON_LM_ARCHIVES is not set
+MEGATRON_ARCHIVES = Path(os.environ["MEGATRON_LM_ARCHIVES"]) if os.environ.get("MEGATRON_LM_ARCHIVES") else None
+
+
+def megatron_archive(name: str) -> Path:
+    """One Megatron-LM source archive, or a skip that says what to set."""
+    if MEGATRON_ARCHIVES is None:
+        pytest.skip("MEGATRON_LM_ARCHIVES is not set (the folder of Megatron-LM source archives: docs/testing.md)")
+    path = MEGATRON_ARCHIVES / name
+    if not path.is_file():
+        pytest.skip(f"{path} is not here (MEGATRON_LM_ARCHIVES: docs/testing.md)")
+    return path
 
 
 @pytest.fixture

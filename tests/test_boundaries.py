@@ -507,8 +507,10 @@ def test_outside_references_are_found(tmp_path):
 
 def test_no_tracked_file_refers_to_a_path_outside_the_repository():
     """Everything a reader needs is in the repository: the design is docs/design.md, the planner's model
-    docs/planner.md; a fact from elsewhere is stated where it is used, with its public source."""
-    found = {str(p.relative_to(ROOT)): outside_references(p) for p in _tracked()}
+    docs/planner.md; a fact from elsewhere is stated where it is used, with its public source. CI's entry
+    point is the one file that states where CI puts what the repository cannot hold (Megatron-LM's source,
+    which the tests read through MEGATRON_LM_ARCHIVES), and no other file names that place."""
+    found = {str(p.relative_to(ROOT)): outside_references(p) for p in _tracked() if p != ROOT / ".ci" / "run"}
     assert {name: lines for name, lines in found.items() if lines} == {}
 
 

@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, megatron_archive
 
 from nlp_bench.app.megatron_flags import own_parser_command
 from nlp_bench.errors import SpecError
@@ -32,7 +32,6 @@ from nlp_bench.spec.megatron.translations import (
 )
 from nlp_bench.spec.rules import load_rules, parse_argv
 
-SNAPSHOTS = ROOT.parent / "shared" / "megatron-lm"
 #: archive -> what its megatron/core/package_info.py says
 ARCHIVES = {"megatron-lm-f772743-jupiter.tar.gz": "0.4.0rc0", "megatron-lm-core_v0.20.0-d98e8a6.tar.gz": "0.20.0"}
 #: what each snapshot's own parser needs beyond torch (f7727433's imports its tokenizers at once)
@@ -45,9 +44,7 @@ def unpacked(tmp_path_factory):
     done: dict[str, Path] = {}
 
     def unpack(name: str) -> Path:
-        archive = SNAPSHOTS / name
-        if not archive.is_file():
-            pytest.skip(f"{archive} is not here (the Megatron-LM snapshots: docs/testing.md)")
+        archive = megatron_archive(name)
         if name not in done:
             folder = tmp_path_factory.mktemp("megatron")
             with tarfile.open(archive) as tar:

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import ROOT, job, record_job, run_bench
+from conftest import ROOT, job, megatron_archive, record_job, run_bench
 
 from nlp_bench.launch.executor import wait
 from nlp_bench.launch.slurm import SlurmExecutor
@@ -425,9 +425,7 @@ def test_megatron_lm_set_up_as_the_reference_does_on_the_emulated_cluster(slurm_
     is; the checkout then reports its version and commit, and a 175 point is rendered for it."""
     import tarfile
 
-    archive = ROOT.parent / "shared" / "megatron-lm" / "megatron-lm-f772743-jupiter.tar.gz"
-    if not archive.is_file():
-        pytest.skip(f"{archive} is not here (the Megatron-LM snapshots: docs/testing.md)")
+    archive = megatron_archive("megatron-lm-f772743-jupiter.tar.gz")
     upstream = tmp_path / "upstream"
     upstream.mkdir()
     with tarfile.open(archive) as tar:
