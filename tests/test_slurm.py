@@ -150,7 +150,12 @@ def test_smoke_benchmark_across_both_nodes(slurm_cluster, tmp_path):
 
 @pytest.mark.slow
 def test_smoke_sweep_runs_every_point(slurm_cluster, tmp_path):
-    grid = ROOT / "benchmark" / "grids" / "smoke.yaml"
+    """The shipped smoke grid, its points trained 4 iterations instead of 10 (each a 4-rank launch, one after
+    another): the rows need a finished run each, not its length."""
+    shipped = (ROOT / "benchmark" / "grids" / "smoke.yaml").read_text()
+    assert "  train-iters: 10\n" in shipped
+    grid = tmp_path / "smoke.yaml"
+    grid.write_text(shipped.replace("  train-iters: 10\n", "  train-iters: 4\n  lr-warmup-iters: 1\n  log-interval: 2\n"))
     proc = run_bench("sweep", str(grid), "--system", "local-slurm", "--wait", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)
