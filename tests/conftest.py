@@ -57,6 +57,21 @@ def bench(results: Path):
     return invoke
 
 
+def shorten(root: Path, tag: str, iterations: int) -> None:
+    """Train the tag of the site copy at `root` for `iterations` and evaluate never: for a test of the
+    launch, the store or the report, whose checks need a finished run but not the shipped tag's 40 iterations
+    and its two evaluations (most of a CPU run's time)."""
+    nlp = root / "benchmark" / "nlp.yaml"
+    text = nlp.read_text()
+    start = text.index(f"\n  {tag}:\n")
+    end = text.find("\n\n", start + 1)
+    block = text[start:end]
+    short = block.replace("      train-iters: 40\n", f"      train-iters: {iterations}\n", 1).replace(
+        "      eval-iters: 2\n", "      eval-iters: 0\n", 1)
+    assert short.count(f"train-iters: {iterations}\n") == 1 and "eval-iters: 0\n" in short, block
+    nlp.write_text(text[:start] + short + text[end:])
+
+
 def run_bench(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     """`bench` as a user runs it: a separate process, its own stdout/stderr and exit code."""
     exe = Path(sys.executable).parent / "bench"

@@ -134,6 +134,47 @@ def measured(folder: Path, lines: int = 4, seconds: float = 0.5) -> None:
     record_job(folder, "COMPLETED", executor="local", job_id="1", exit_code=0)
 
 
+def _two_measured(cwd: Path, bench) -> None:
+    for _ in range(2):
+        _, (folder,) = dry_points(cwd, bench=bench)
+        measured(folder)
+    assert bench("result", "table", "--all").returncode == 0  # makes both result.json
+
+
+#: what a test starts from, made once per module by `made` (the records hold no absolute path, so a copy is
+#: the same runs): a dry run of the smoke tag on `local`, and two measured runs with their result.json
+STARTS = {"one dry run": lambda cwd, bench: dry_points(cwd, bench=bench), "two measured": _two_measured}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """`made(tmp_path, start)`: a copy of STARTS[start] in tmp_path/results, made in-process on first use, and
+    its runs, oldest first, each with its point folders."""
+    from click.testing import CliRunner
+
+    from nlp_bench.cli import cli
+
+    kept: dict[str, Path] = {}
+
+    def bench(*args: str) -> subprocess.CompletedProcess:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        return subprocess.CompletedProcess(["bench", *args], result.exit_code, result.stdout, result.stderr)
+
+    def copy(tmp_path: Path, start: str) -> list[tuple[Path, list[Path]]]:
+        if start not in kept:
+            cwd = tmp_path_factory.mktemp("made")
+            with pytest.MonkeyPatch.context() as patch:
+                patch.chdir(cwd)
+                patch.delenv("NLP_BENCH_RESULTS", raising=False)
+                STARTS[start](cwd, bench)
+            kept[start] = cwd / "results"
+        shutil.copytree(kept[start], tmp_path / "results")
+        runs = sorted((p.parent for p in tmp_path.glob("results/nlp/*/run.json")), key=lambda p: (p.stat().st_mtime_ns, p.name))
+        return [(run, sorted(p for p in run.iterdir() if p.is_dir() and (p / "point.json").is_file())) for run in runs]
+
+    return copy
+
+
 # --- a run is created whole or not at all ------------------------------------------------------------
 
 def test_a_dry_run_killed_while_writing_leaves_no_half_run(tmp_path):
@@ -254,8 +295,8 @@ def test_a_reused_process_id_is_neither_followed_nor_signalled(tmp_path):
 
 # --- what is recorded is what ran -----------------------------------------------------------------
 
-def test_a_deleted_log_falls_back_to_the_kept_result_and_says_so(tmp_path, here):
-    run, (folder,) = dry_points(tmp_path, bench=here)
+def test_a_deleted_log_falls_back_to_the_kept_result_and_says_so(tmp_path, here, made):
+    ((run, (folder,)),) = made(tmp_path, "one dry run")
     measured(folder)
     first = csv_rows(here("result", "table", "--format", "csv").stdout)[0]["Tokens/sec"]
     (folder / "job.out").unlink()
@@ -264,9 +305,9 @@ def test_a_deleted_log_falls_back_to_the_kept_result_and_says_so(tmp_path, here)
     assert f"{folder.name}: job.out is gone; its figures come from result.json" in table.stderr
 
 
-def test_a_log_that_grows_within_its_last_second_is_read_again(tmp_path, here):
+def test_a_log_that_grows_within_its_last_second_is_read_again(tmp_path, here, made):
     """A file system with one-second times: the log grows, its mtime does not change."""
-    run, (folder,) = dry_points(tmp_path, bench=here)
+    ((run, (folder,)),) = made(tmp_path, "one dry run")
     measured(folder, lines=2)
     log = folder / "job.out"
     before = log.stat()
@@ -307,12 +348,9 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 @pytest.mark.parametrize("record", ["run.json", "point.json", "state.json", "result.json"])
-def test_a_damaged_record_is_named_and_every_other_run_is_still_shown(tmp_path, here, record, damage):
-    good, (good_point,) = dry_points(tmp_path, bench=here)
-    measured(good_point)
-    bad, (bad_point,) = dry_points(tmp_path, bench=here)
-    measured(bad_point)
-    assert here("result", "table", "--all").returncode == 0  # makes both result.json
+def test_a_damaged_record_is_named_and_every_other_run_is_still_shown(tmp_path, here, record, damage, made):
+    (good, (good_point,)), (bad, (bad_point,)) = made(tmp_path, "two measured")
+    assert (good_point / "result.json").is_file() and (bad_point / "result.json").is_file()
     path = bad / record if record == "run.json" else bad_point / record
     path.write_bytes(DAMAGE[damage](path.read_bytes()))
     named = str(path.relative_to(tmp_path))  # as bench names it: relative to the results folder it was given
@@ -334,8 +372,8 @@ def test_a_damaged_record_is_named_and_every_other_run_is_still_shown(tmp_path, 
     assert here("status", good.name).returncode == 0
 
 
-def test_a_stray_run_json_is_listed_after_the_table(tmp_path, here):
-    run, (folder,) = dry_points(tmp_path, bench=here)
+def test_a_stray_run_json_is_listed_after_the_table(tmp_path, here, made):
+    ((run, (folder,)),) = made(tmp_path, "one dry run")
     measured(folder)
     stray = tmp_path / "results" / "nlp" / "junk" / "run.json"
     stray.parent.mkdir()
@@ -361,12 +399,12 @@ def test_a_point_whose_folder_is_gone_is_named_not_forgotten(tmp_path, here):
     assert "it cannot be run again; start a new run for it" in resume.stderr
 
 
-def test_a_machine_without_slurm_neither_loses_nor_forgets_a_slurm_job(tmp_path, here, monkeypatch):
+def test_a_machine_without_slurm_neither_loses_nor_forgets_a_slurm_job(tmp_path, here, monkeypatch, made):
     """`bench status` on a machine without the Slurm client (a laptop with the results synced): Slurm was not
     asked, so nothing is concluded: the job stays RUNNING, and the view says why."""
     from nlp_bench.launch import slurm
 
-    run, (folder,) = dry_points(tmp_path, bench=here)
+    ((run, (folder,)),) = made(tmp_path, "one dry run")
     record_job(folder, "RUNNING", job_id="4242", job_names=["nlp-bench-smoke"])
     monkeypatch.setattr(slurm.shutil, "which", lambda name, *a, **k: None)
     monkeypatch.setattr(slurm, "LOST_AFTER_S", 0.0)
@@ -377,8 +415,8 @@ def test_a_machine_without_slurm_neither_loses_nor_forgets_a_slurm_job(tmp_path,
     assert job(folder).state == "RUNNING"
 
 
-def test_a_damaged_prediction_leaves_the_row_without_it(tmp_path, here):
-    run, (folder,) = dry_points(tmp_path, bench=here)
+def test_a_damaged_prediction_leaves_the_row_without_it(tmp_path, here, made):
+    ((run, (folder,)),) = made(tmp_path, "one dry run")
     measured(folder)
     (folder / "prediction.json").write_text('{"tokens_per_s": "fast"}')
     table = here("result", "table", "--format", "csv")

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import ROOT, job, megatron_archive, record_job, run_bench
+from conftest import ROOT, job, megatron_archive, record_job, run_bench, shorten
 
 from nlp_bench.launch.executor import wait
 from nlp_bench.launch.slurm import SlurmExecutor
@@ -150,7 +150,12 @@ def test_smoke_benchmark_across_both_nodes(slurm_cluster, tmp_path):
 
 @pytest.mark.slow
 def test_smoke_sweep_runs_every_point(slurm_cluster, tmp_path):
-    grid = ROOT / "benchmark" / "grids" / "smoke.yaml"
+    """The shipped smoke grid, its points trained 4 iterations instead of 10 (each a 4-rank launch, one after
+    another): the rows need a finished run each, not its length."""
+    shipped = (ROOT / "benchmark" / "grids" / "smoke.yaml").read_text()
+    assert "  train-iters: 10\n" in shipped
+    grid = tmp_path / "smoke.yaml"
+    grid.write_text(shipped.replace("  train-iters: 10\n", "  train-iters: 4\n  lr-warmup-iters: 1\n  log-interval: 2\n"))
     proc = run_bench("sweep", str(grid), "--system", "local-slurm", "--wait", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)
@@ -324,6 +329,7 @@ def test_compile_then_run_chain(slurm_cluster, tmp_path, monkeypatch):
     root = tmp_path / "root"
     shutil.copytree(ROOT / "benchmark", root / "benchmark")
     shutil.copytree(ROOT / "slurm", root / "slurm")
+    shorten(root, "smoke", 10)
     standin = tmp_path / "standin-compile"
     standin.write_text('#!/bin/bash\necho "compile stand-in: $1"\nsleep 3\nexec "$@"\n')
     standin.chmod(0o755)
@@ -341,7 +347,7 @@ def test_compile_then_run_chain(slurm_cluster, tmp_path, monkeypatch):
     compiled = (folder / "compile.out").read_text()
     assert "compile stand-in: torchrun" in compiled and "iteration        2/       2" in compiled
     assert "NEURON_COMPILE_CACHE_URL=" + f"{tmp_path}/cache" in (folder / "provenance.env").read_text()
-    assert "iteration       40/      40" in (folder / "job.out").read_text()
+    assert "iteration       10/      10" in (folder / "job.out").read_text()
 
     def times(job_id: str) -> dict[str, str]:
         out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
@@ -370,7 +376,8 @@ def test_megatron_lm_stand_in_through_slurm_beside_the_builtin_trainer(slurm_clu
     assert (made["version"], made["made_for"], made["flag_table"]) == ("0.20.0", "0.20.0", "0.20.0.tsv")
     assert "warning: the arguments were made for" not in (folder / "job.err").read_text()
     grid = tmp_path / "both.yaml"
-    grid.write_text("tag: smoke\nsystem: local-slurm\nmatrix:\n  trainer: [builtin, megatron-lm]\n")
+    grid.write_text("tag: smoke\nsystem: local-slurm\nmatrix:\n  trainer: [builtin, megatron-lm]\n"
+                    "train: {train-iters: 10, eval-iters: 0}\n")  # the ratio needs two rows, not 40 iterations
     proc = run_bench("sweep", str(grid), "--wait", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = run_bench("result", "compare", "trainers", "--format", "csv", cwd=tmp_path)
@@ -389,6 +396,7 @@ def test_detected_profile_runs_the_smoke_benchmark_and_doctor_names_a_wrong_part
     root = tmp_path / "root"
     shutil.copytree(ROOT / "benchmark", root / "benchmark")
     shutil.copytree(ROOT / "slurm", root / "slurm")
+    shorten(root, "smoke", 10)
     monkeypatch.setenv("NLP_BENCH_ROOT", str(root))
     profile = root / "slurm" / "systems" / "emulated.yaml"
     proc = run_bench("system", "detect", "--probe", "-o", str(profile), cwd=tmp_path)

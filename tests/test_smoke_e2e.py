@@ -151,19 +151,22 @@ def test_local_sweep_runs_every_point(tmp_path):
     assert all(r["state"] == "COMPLETED" and float(r["Tokens/sec"]) > 0 and r["Iterations"] == "6" for r in rows)
 
 
-def test_smoke_llama_trains_gqa_and_counts_its_flops(tmp_path):
+def test_smoke_llama_trains_gqa_and_counts_its_flops(tmp_path, site):
     """`bench run --tag smoke-llama`: the tiny Llama (2 query groups for 4 heads) on 2 gloo ranks with tp 2; the
     row has tokens/s, and its TFLOP/s and MFU are Megatron-LM's model FLOPs with the query groups."""
+    from conftest import shorten
+
     from nlp_bench import flops
     from nlp_bench.spec.models import get_model, pad_vocab
 
+    shorten(site, "smoke-llama", 10)
     proc = run_bench("run", "--tag", "smoke-llama", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (folder,) = tmp_path.glob("results/nlp/*/llama-tiny_n1_tp2_pp1_mbs2_gas2")
     log = (folder / "job.out").read_text()
     assert "4 heads in 2 query groups" in log and "TFLOPs in the log use the megatron-model convention" in log
     summary = json.loads((folder / "result.json").read_text())["summary"]
-    assert summary["iterations"] == 40 and summary["tokens_per_s"] > 0
+    assert summary["iterations"] == 10 and summary["tokens_per_s"] > 0
     assert summary["tflops_convention"] == flops.MEGATRON_MODEL
     model = get_model("llama-tiny")
     per_iteration = flops.megatron_model_flops(model.flops_shape(4, pad_vocab(model.vocab_size, 2)))
