@@ -16,7 +16,7 @@ import pytest
 from conftest import DATA, ROOT, run_bench
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_parsers_fuzz import mutated_logs
+from log_mutations import mutated_logs
 
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.analysis.formats import FORMATS, megatron
