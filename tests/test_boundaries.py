@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-PKG = Path(__file__).resolve().parent.parent / "src" / "nlp_bench"
+PKG = ROOT / "src" / "nlp_bench"
 
 # a part of nlp_bench (a subpackage or a top-level module) -> the parts it must never import
 _ABOVE_THE_STORE = {"spec", "sweep", "launch", "train", "analysis", "report", "cli", "app", "plan", "data",
@@ -370,7 +371,6 @@ def test_the_command_line_is_thin_modules_of_verbs():
     assert sizes and {name: n for name, n in sizes.items() if n > MAX_COMMAND_MODULE_LINES} == {}
 
 
-ROOT = PKG.parent.parent
 #: the documents: the README and every page of docs/
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 #: the longest the README may be: what it is, the map, the fresh-machine commands, the verbs, links to docs/

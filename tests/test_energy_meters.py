@@ -7,7 +7,9 @@ import subprocess
 import sys
 import textwrap
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "energy_meters.py")
+from conftest import ROOT
+
+SCRIPT = str(ROOT / "benchmark" / "perf" / "energy_meters.py")
 
 FAKE_NVML = textwrap.dedent('''
     """Two GPUs drawing 250 W each, steadily: the counter grows with the clock."""

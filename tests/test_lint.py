@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def test_ruff_is_clean():

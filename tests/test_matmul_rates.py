@@ -4,12 +4,11 @@ benchmark/perf/gemm_rates.py measures the rate (here on CPU at toy sizes)."""
 
 import importlib.util
 import json
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import DATA, ROOT
 
 from nlp_bench.plan import timing
 from nlp_bench.plan.candidate import Candidate
@@ -17,7 +16,7 @@ from nlp_bench.spec import devices
 from nlp_bench.spec.models import get_model, pad_vocab
 from nlp_bench.spec.systems import load_system
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "gemm_rates.py")
+SCRIPT = str(ROOT / "benchmark" / "perf" / "gemm_rates.py")
 
 
 def test_the_rate_is_the_profiles_else_the_device_tables_else_a_stated_share_of_the_peak():
@@ -199,7 +198,7 @@ def test_the_plans_header_names_the_rates_its_gemms_were_timed_against():
 
 
 def _attention_script():
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "attention_rates.py")
+    path = str(ROOT / "benchmark" / "perf" / "attention_rates.py")
     spec = importlib.util.spec_from_file_location("attention_rates", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -261,7 +260,7 @@ def test_unfused_attention_is_timed_near_a_published_a100_measurement():
     from nlp_bench.plan import validation
     from nlp_bench.plan.corpus import corpus_path, load_corpus
 
-    data = yaml.safe_load((Path(__file__).parent / "data" / "unfused_attention_a100.yaml").read_text())
+    data = yaml.safe_load((DATA / "unfused_attention_a100.yaml").read_text())
     eff = validation.fit_rows([r for r in load_corpus(corpus_path()) if r.fitted]).efficiency
     a100, h = load_system("selene"), data["hidden"]
     ratios = []

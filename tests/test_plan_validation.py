@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT
 
 from nlp_bench import flops
 from nlp_bench.app import planning
@@ -303,7 +304,6 @@ def test_the_kept_validation_is_redone_when_a_system_profile_changes(site):
 @pytest.mark.parametrize("module", ["devices", "systems"])
 def test_the_kept_validation_is_redone_when_the_device_table_or_its_lookup_changes(tmp_path, monkeypatch, module):
     import importlib
-    from pathlib import Path
 
     from nlp_bench.plan.corpus import corpus_path
 
@@ -388,7 +388,7 @@ def test_a_sweep_file_without_tables_is_refused(tmp_path):
 
 def test_the_sweeps_outside_the_corpus_are_predicted_per_context_parallel_size():
     """benchmark/perf/planner_sweeps.py: the memory file's sweeps, their figures in Megatron-LM core 0.9's count."""
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     out = subprocess.run([sys.executable, str(root / "benchmark" / "perf" / "planner_sweeps.py"), "--system",
                           "fujii-a100-40gb-8k=" + str(root / "benchmark" / "perf" / "profiles" / "abci-a.yaml")],
                          capture_output=True, text=True, check=True).stdout

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", "gpu_side_by_side.py")
+SCRIPT = str(ROOT / "benchmark" / "perf" / "gpu_side_by_side.py")
 
 
 @pytest.mark.slow

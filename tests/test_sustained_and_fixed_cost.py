@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-PERF = Path(__file__).resolve().parent.parent / "benchmark" / "perf"
+PERF = ROOT / "benchmark" / "perf"
 
 
 def _script(name: str):
