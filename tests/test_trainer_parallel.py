@@ -5,7 +5,7 @@ The module's runs start once, together (`runs`); each test reads the runs it che
 import re
 
 import pytest
-from trainer_harness import Launch, close, launch_all, records, succeeded, validation_losses
+from trainer_harness import Launch, close, launch_all, records, succeeded, torchrun, validation_losses
 
 pytestmark = pytest.mark.slow
 
@@ -93,3 +93,9 @@ def test_gradient_buckets_are_reduced_during_the_backward_pass(runs):
     out = succeeded(runs["pp2-dp2-buckets"]).stdout
     done, total = map(int, re.search(r"(\d+) of (\d+) data-parallel gradient buckets", out).groups())
     assert total > 5 and done == total, out[-800:]
+
+
+def test_the_real_torchrun_trains_what_the_launcher_does(runs):
+    """The runs here are forked from one launcher with torchrun's variables; under torchrun itself the same
+    layout must give the same numbers, or the other tests would check another trainer than the one users run."""
+    assert close(losses(torchrun(2, *MODEL, *LAYOUTS["tp2"][1])), losses(runs["tp2"]), rel=1e-6)
