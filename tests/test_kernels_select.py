@@ -3,15 +3,11 @@ Megatron's switches train the same model as the torch path."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from trainer_harness import Launch, launch_all, records, trainer
 
 from nlp_bench import kernels
-from nlp_bench.analysis.parsers import parse_text
 from nlp_bench.kernels import norm_settings, select
 
 MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
@@ -20,10 +16,20 @@ MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4
          "--hidden-dropout", "0", "--attention-dropout", "0"]
 
 
-def trainer(*flags: str, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", select.KERNELS_ENV, norm_settings.NORM_LAUNCH_ENV)}
-    return subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, *flags], capture_output=True, text=True,
-                          timeout=600, env={**clean, **env})
+#: the trainer's runs choose their kernels from their flags and these variables alone
+CLEAN = {"TRITON_INTERPRET": None, select.KERNELS_ENV: None, norm_settings.NORM_LAUNCH_ENV: None}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """The module's runs of the trainer, started once, together, from one launcher."""
+    return launch_all({
+        "no bias-gelu fusion": Launch(1, [*MODEL, "--no-bias-gelu-fusion"], CLEAN),
+        "kernels fast": Launch(1, MODEL, {**CLEAN, select.KERNELS_ENV: "fast"}),
+        "norm rows 3": Launch(1, MODEL, {**CLEAN, norm_settings.NORM_LAUNCH_ENV: "forward_rows=3"}),
+        "sdpa": Launch(1, [*MODEL, "--normalization", "RMSNorm"], CLEAN),
+        "unfused": Launch(1, [*MODEL, "--normalization", "RMSNorm", "--no-masked-softmax-fusion"], CLEAN),
+    })
 
 
 @pytest.fixture
@@ -146,8 +152,8 @@ def test_fused_adam_keeps_fp32_masters_for_half_parameters():
     assert p.dtype == torch.bfloat16 and torch.equal(p.detach(), master.to(torch.bfloat16))
 
 
-def test_trainer_without_gpu_uses_torch_and_says_once():
-    proc = trainer("--no-bias-gelu-fusion")
+def test_trainer_without_gpu_uses_torch_and_says_once(runs):
+    proc = runs["no bias-gelu fusion"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stdout.splitlines() if "fused ops:" in line]
     assert len(lines) == 1, lines
@@ -158,26 +164,22 @@ def test_trainer_without_gpu_uses_torch_and_says_once():
     assert "bias_gelu=torch (--no-bias-gelu-fusion)" in lines[0]
 
 
-def test_a_bad_kernel_choice_stops_the_trainer_with_one_line():
-    proc = trainer(**{select.KERNELS_ENV: "fast"})
+def test_a_bad_kernel_choice_stops_the_trainer_with_one_line(runs):
+    proc = runs["kernels fast"]
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"nlp_bench.train: error: {select.KERNELS_ENV}='fast' is not an implementation; use triton or torch"]
-    proc = trainer(**{norm_settings.NORM_LAUNCH_ENV: "forward_rows=3"})
+    proc = runs["norm rows 3"]
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"nlp_bench.train: error: {norm_settings.NORM_LAUNCH_ENV}: 'forward_rows=3': forward_rows must be a power of two"]
 
 
-def test_unfused_attention_and_rmsnorm_train_like_the_fused_path():
-    losses = {}
-    for name, flags in {"sdpa": (), "unfused": ("--no-masked-softmax-fusion",)}.items():
-        proc = trainer("--normalization", "RMSNorm", *flags)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        losses[name] = [r.loss for r in parse_text(proc.stdout)]
+def test_unfused_attention_and_rmsnorm_train_like_the_fused_path(runs):
+    losses = {name: [r.loss for r in records(runs[name])] for name in ("sdpa", "unfused")}
     assert len(losses["sdpa"]) == 3
     assert losses["unfused"] == pytest.approx(losses["sdpa"], rel=1e-5)
-    assert "attention unfused (--no-masked-softmax-fusion)" in proc.stdout
+    assert "attention unfused (--no-masked-softmax-fusion)" in runs["unfused"].stdout
 
 
 @pytest.mark.slow
@@ -190,11 +192,12 @@ def test_trainer_on_the_triton_kernels_matches_torch(model):
     launch = "forward_chunk=16,backward_rows=2"  # launch settings from the environment reach the kernels
     for impl in ("torch", "triton"):
         env = {select.KERNELS_ENV: impl, norm_settings.NORM_LAUNCH_ENV: launch}
-        proc = trainer(*model, **env if torch.cuda.is_available() else {**env, "TRITON_INTERPRET": "1"})
+        proc = trainer(*MODEL, *model, env={**CLEAN, **env, **({} if torch.cuda.is_available() else
+                                                               {"TRITON_INTERPRET": "1"})}, ok=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert f"cross_entropy={impl}" in proc.stdout
         assert (f"{norm_settings.NORM_LAUNCH_ENV}={launch}" in proc.stdout) == (impl == "triton")
-        runs[impl] = [(r.loss, r.grad_norm) for r in parse_text(proc.stdout)]
+        runs[impl] = [(r.loss, r.grad_norm) for r in records(proc)]
     assert len(runs["torch"]) == 3
     for (loss_a, norm_a), (loss_b, norm_b) in zip(runs["torch"], runs["triton"], strict=False):
         assert loss_b == pytest.approx(loss_a, rel=1e-5) and norm_b == pytest.approx(norm_a, rel=1e-3)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from trainer_harness import Launch, launch_all, losses, torchrun, validation_losses
 
-from nlp_bench.analysis.parsers import parse_text
 from nlp_bench.analysis.results import xla_counts
 from nlp_bench.spec.switches import DOWNCAST_VARIABLES
 from nlp_bench.train.device_adam import DeviceAdamW
@@ -29,27 +29,42 @@ MODEL = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4
          "--eval-iters", "0"]
 
 
+#: what a run's environment starts without: the stand-in and torch-xla's switches are set by the test that wants them
+CLEAN = dict.fromkeys((STAND_IN, "PJRT_DEVICE", "XLA_ALWAYS_ALLREDUCE", *DOWNCAST_VARIABLES))
+LAYOUTS = {"tp2": ["--tensor-model-parallel-size", "2", "--micro-batch-size", "8"], "dp2": ["--micro-batch-size", "4"]}
+
+
 def train(nproc: int, backend: str, *flags: str, env: dict | None = None, iters: int = 5, model: list[str] = MODEL,
           entry: list[str] | None = None, launcher: list[str] = ()) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items()
-             if k not in (STAND_IN, "PJRT_DEVICE", "XLA_ALWAYS_ALLREDUCE", *DOWNCAST_VARIABLES)}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                           str(nproc), *launcher, *(entry or ["-m", "nlp_bench.train"]), *model, "--train-iters",
-                           str(iters), "--distributed-backend", backend, *flags],
-                          capture_output=True, text=True, timeout=600, env={**clean, **(env or {})})
+    """Under the real torchrun: torch-xla's runtime starts in each rank's own process."""
+    return torchrun(nproc, *model, "--train-iters", str(iters), "--distributed-backend", backend, *flags,
+                    env={**CLEAN, **(env or {})}, entry=entry or (), launcher=launcher)
 
 
-def losses(proc: subprocess.CompletedProcess) -> list[float]:
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return [r.loss for r in parse_text(proc.stdout)]
+@pytest.fixture(scope="module")
+def stand_in_runs():
+    """Each layout on gloo and on the stand-in, started together from one launcher."""
+    return launch_all({(layout, backend): Launch(2, [*MODEL, "--train-iters", "5", "--distributed-backend", backend,
+                                                     *flags], {**CLEAN, **env})
+                       for layout, flags in LAYOUTS.items()
+                       for backend, env in (("gloo", {}), ("xla", {STAND_IN: "1"}))})
+
+
+@pytest.fixture(scope="module")
+def refusals():
+    """The runs that must stop before training, started together from one launcher."""
+    one = [*MODEL, "--distributed-backend", "xla", "--micro-batch-size", "8", "--train-iters", "2"]
+    return launch_all({
+        "pp2": Launch(1, [*MODEL, "--train-iters", "1", "--distributed-backend", "xla",
+                          "--pipeline-model-parallel-size", "2", "--micro-batch-size", "1"]),
+        **{name: Launch(1, one, {STAND_IN: "1", name: "1"}) for name in DOWNCAST_VARIABLES}})
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [["--tensor-model-parallel-size", "2", "--micro-batch-size", "8"],
-                                   ["--micro-batch-size", "4"]], ids=["tp2", "dp2"])
-def test_stand_in_matches_the_cpu_path(flags):
-    reference = losses(train(2, "gloo", *flags))
-    proc = train(2, "xla", *flags, env={STAND_IN: "1"})
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_stand_in_matches_the_cpu_path(stand_in_runs, layout):
+    reference = losses(stand_in_runs[layout, "gloo"])
+    proc = stand_in_runs[layout, "xla"]
     stand_in = losses(proc)
     assert len(reference) == 5 and len(set(reference)) == 5
     assert stand_in == pytest.approx(reference, rel=1e-5)
@@ -73,10 +88,8 @@ def test_without_torch_xla_the_backend_is_one_line():
     assert "nlp_bench.train: error: --distributed-backend xla needs torch_xla" in proc.stdout + proc.stderr
 
 
-def test_xla_refuses_pipeline_parallelism_before_starting():
-    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, "--train-iters", "1",
-                           "--distributed-backend", "xla", "--pipeline-model-parallel-size", "2",
-                           "--micro-batch-size", "1"], capture_output=True, text=True, timeout=120)
+def test_xla_refuses_pipeline_parallelism_before_starting(refusals):
+    proc = refusals["pp2"]
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "nlp_bench.train: error: pipeline parallelism is not available with --distributed-backend xla (as in the "
@@ -85,11 +98,9 @@ def test_xla_refuses_pipeline_parallelism_before_starting():
 
 
 @pytest.mark.parametrize("name", DOWNCAST_VARIABLES)
-def test_the_old_bf16_switches_are_refused_in_one_line(name):
+def test_the_old_bf16_switches_are_refused_in_one_line(refusals, name):
     """XLA_USE_BF16 / XLA_DOWNCAST_BF16 would store the fp32 master weights and Adam moments as bf16."""
-    proc = subprocess.run([sys.executable, "-m", "nlp_bench.train", *MODEL, "--train-iters", "2",
-                           "--distributed-backend", "xla", "--micro-batch-size", "8"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, STAND_IN: "1", name: "1"})
+    proc = refusals[name]
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"nlp_bench.train: error: {name}=1 is set: it stores fp32 master weights")
@@ -168,10 +179,6 @@ def on_xla(tmp_path: Path, *flags: str, iters: int, env: dict | None = None) -> 
                  env={"PJRT_DEVICE": "CPU", "NLP_BENCH_TEST_METRICS": str(metrics), **(env or {})})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(metrics.read_text())
-
-
-def validation_losses(text: str) -> list[float]:
-    return [float(v) for v in re.findall(r"validation loss at iteration \d+ \| lm loss value: (\S+) \|", text)]
 
 
 
