@@ -14,6 +14,7 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT
 
 # Triton reads TRITON_INTERPRET when it defines a kernel (its own library's too) and when one runs: set
 # it for the import of triton and the kernel modules and, by the fixture below, for each test here, so
@@ -299,7 +300,7 @@ def test_adam_step(model_dtype, decoupled):
 
 
 def _perf_script(name: str) -> str:
-    return os.path.join(os.path.dirname(__file__), "..", "benchmark", "perf", name)
+    return str(ROOT / "benchmark" / "perf" / name)
 
 
 def test_chunked_norm_kernels_hold_a_chunk_not_the_row_in_registers():

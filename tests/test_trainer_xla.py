@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 from trainer_harness import Launch, launch_all, losses, torchrun, validation_losses
 
 from nlp_bench.analysis.results import xla_counts
@@ -169,7 +170,7 @@ TINY = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "2"
         "cosine", "--position-embedding-type", "rope", "--mock-data", "--vocab-size", "256", "--seed", "7",
         "--global-batch-size", "4", "--micro-batch-size", "2", "--clip-grad", "1.0", "--weight-decay", "0.1"]
 NO_DROPOUT = ["--hidden-dropout", "0", "--attention-dropout", "0"]
-RUNNER = [str(Path(__file__).with_name("xla_metrics_run.py"))]
+RUNNER = [str(ROOT / "tests" / "xla_metrics_run.py")]
 
 
 def on_xla(tmp_path: Path, *flags: str, iters: int, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
