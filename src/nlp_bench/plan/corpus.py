@@ -16,7 +16,7 @@ from nlp_bench.errors import PlanError, SpecError
 from nlp_bench.paths import reference_dir
 from nlp_bench.plan.candidate import STATED_START, Candidate
 from nlp_bench.plan.points import Planned
-from nlp_bench.spec.layout import Layout
+from nlp_bench.spec.layout import LAYOUT_FIELDS, Layout
 from nlp_bench.spec.models import ModelSpec, get_model
 from nlp_bench.spec.switches import read_settings
 from nlp_bench.spec.systems import System, load_system
@@ -105,8 +105,13 @@ def load_corpus(path: Path | None = None) -> list[CorpusRow]:
         except SpecError as exc:
             raise PlanError(str(exc)) from None
         sizes = {k: v for k, v in row["layout"].items() if k != "nodes"}
-        layout = Layout(row["layout"]["nodes"], system.devices_per_node, **{"vp": defaults.get("vp", 1), **sizes})
-        c = Candidate(layout, switches)
+        unknown = sorted(set(sizes) - set(LAYOUT_FIELDS))
+        if unknown:
+            raise PlanError(f"{where}: unknown layout key(s) {', '.join(unknown)}; known: {', '.join(LAYOUT_FIELDS)}")
+        vp = row.get("vp", defaults.get("vp", 1))
+        c = Candidate(Layout(row["layout"]["nodes"], system.devices_per_node, **{"vp": vp, **sizes}), switches)
+        for problem in c.setting_problems():
+            raise PlanError(f"{where}: {problem}")
         publication = row.get("publication")
         if not isinstance(publication, str) or not publication.strip():
             raise PlanError(f"{where}: publication is required (validation holds out whole publications)")

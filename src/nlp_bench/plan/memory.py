@@ -132,7 +132,7 @@ def _stage_activations(model: ModelSpec, vocab_padded: int, c: Candidate) -> lis
         stages.append(tp_part * middle * in_flight(1))  # the first middle stage: the most in flight of them
     if lay.pp > 1:
         stages.append(tp_part * last * in_flight(lay.pp - 1))
-    interleaving = 1 + (lay.pp - 1) / (lay.virtual_stages) if lay.vp > 1 else 1.0
+    interleaving = 1 + lay.interleaving_extra
     output = s * b * h * 4 * (1 + vocab_padded / h) if lay.pp == 1 else 0.0
     factor = 2.0 if on.precision == "fp32" else 1.0
     return [factor * (memory * interleaving + output) / lay.tp for memory in stages]

@@ -109,7 +109,7 @@ def _sizes(model: ModelSpec, system: System, space: Space, base: Candidate) -> I
         pps = space.pp or ([1] if system.backend == "xla" else
                            [p for p in range(1, min(model.num_layers, world) + 1) if model.num_layers % p == 0])
         for tp, pp in itertools.product(tps, pps):
-            problem = replica_problem(nodes, dpn, tp, pp)
+            problem = replica_problem(nodes, dpn, tp, pp, base.layout.cp)
             if problem:
                 yield nodes, tp, pp, None, (), problem
                 continue

@@ -231,7 +231,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         dp_bandwidth=_within_node(system, replicas) if lay.stage_devices <= dpn else inter / dpn,
         optimizer_bytes=_optimizer_bytes(params, shard, on.precision, weight_bytes / params, grad),
         weight_cast_bytes=weight_casts,
-        micro_batches=lay.gas, bubble=(lay.pp - 1) / lay.vp, bubble_flops=bubble_flops,
+        micro_batches=lay.gas, bubble=lay.bubble_slots, bubble_flops=bubble_flops,
         bubble_layers=bubble_layers, sends=lay.vp * lay.gas + lay.pp - 1 if lay.pp > 1 else 0, pp=lay.pp, vp=lay.vp,
         overlap_p2p=on.overlap_p2p_comm and lay.vp > 1, reduce_behind_backward=on.overlap_grad_reduce,
         gather_behind_forward=on.overlap_param_gather,
@@ -280,7 +280,7 @@ def _linear_flops(model: ModelSpec, c: Candidate, full: float) -> float:
     attention core stays in 16 bits): 6 per weight per token, forward and backward, again for a full
     recompute's forward."""
     lay = c.layout
-    return 6.0 * model.linear_weights() * lay.mbs * model.seq_length / lay.cp * full / lay.tp
+    return 6.0 * model.linear_weights() * lay.mbs * model.seq_length * full / lay.tp_cp
 
 
 def _fp8_cast_bytes(model: ModelSpec, c: Candidate, full: bool) -> float:
@@ -332,7 +332,8 @@ def _context_exchange(model: ModelSpec, c: Candidate, system: System, layers: in
     if lay.cp == 1:
         return {}
     kv = 2 * model.query_groups * model.head_dim / min(lay.tp, model.query_groups)
-    sent = layers * 3 * (lay.cp - 1) * lay.mbs * (model.seq_length / lay.cp) * kv * act
+    # cp - 1 hops of a rank's seq / cp tokens each
+    sent = layers * 3 * lay.mbs * model.seq_length * (1 - 1 / lay.cp) * kv * act
     inside = lay.tp_cp <= lay.devices_per_node
     bandwidth = _within_node(system, lay.cp) if inside else system.inter_node_gbps * 1e9 / lay.devices_per_node
     return {"cp_bytes": sent, "cp_steps": layers * 3 * (lay.cp - 1), "cp_bandwidth": bandwidth,
@@ -386,7 +387,8 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     t_gather = w.gather_bytes / dp_bw + w.gather_steps * w.latency
     t_opt = w.optimizer_bytes / memory_bw
     # the first chunk's gather starts when its own step ends, behind the other chunks' steps
-    head_start = t_opt * (w.vp - 1) / w.vp if w.first_gather_behind_optimizer else 0.0
+    # (at most its own share: the other chunks' gathers are still dispatched by the schedule)
+    head_start = min(t_opt * (w.vp - 1), t_gather) / w.vp if w.first_gather_behind_optimizer else 0.0
     exposed = (_behind_chunks(t_reduce, t_compute * 2 / 3, w) if w.reduce_behind_backward else t_reduce) + \
               (_behind_chunks(t_gather, t_compute / 3, w, head_start) if w.gather_behind_forward else t_gather)
     t_casts = w.weight_cast_bytes / memory_bw

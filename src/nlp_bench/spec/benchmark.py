@@ -199,7 +199,9 @@ class Benchmark:
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
         # a Megatron-LM point's flags are checked once the checkout it will run is known (spec.megatron.target)
-        layout = replace(layout, vp=decode(flags).model_chunks(model_spec.num_layers, layout.pp))
+        chunks = decode(flags).model_chunks(model_spec.num_layers, layout.pp)
+        if chunks > 1:  # interleaved: the layout says so (flags that do not divide the layers are the trainer's to refuse)
+            layout = replace(layout, vp=chunks)
         return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
                      rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable, replaced_precision=replaced)
 

@@ -37,6 +37,12 @@ def virtual_stages(pp: int, vp: int) -> int:
     return pp * vp
 
 
+def grid_rank(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, dp: int) -> int:
+    """The global rank at these coordinates of the tp x dp x pp grid, tp innermost, then dp, then pp (Megatron's
+    order)."""
+    return tp_rank + tp * (dp_rank + dp * pp_rank)
+
+
 def tiles(world: int, tp: int, pp: int, cp: int = 1) -> bool:
     """Whether whole tp x cp x pp replicas fill the world."""
     return world % replica_devices(tp, pp, cp) == 0
@@ -113,6 +119,17 @@ class Layout:
         return virtual_stages(self.pp, self.vp)
 
     @property
+    def bubble_slots(self) -> float:
+        """The pipeline bubble in micro-batch slots: (pp - 1) / vp."""
+        return (self.pp - 1) / self.vp
+
+    @property
+    def interleaving_extra(self) -> float:
+        """The share of micro-batches beyond pp that an interleaved first stage holds in flight (Megatron's
+        interleaving penalty, (pp - 1) / (pp x vp)); 0 without interleaving."""
+        return (self.pp - 1) / self.virtual_stages if self.vp > 1 else 0.0
+
+    @property
     def global_batch_size(self) -> int:
         return samples_per_step(self.dp, self.mbs) * self.gas
 
@@ -151,16 +168,17 @@ class Layout:
 LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
 
 
-def replica_problem(nodes: int, devices_per_node: int, tp: int, pp: int) -> tuple[str, str] | None:
+def replica_problem(nodes: int, devices_per_node: int, tp: int, pp: int, cp: int = 1) -> tuple[str, str] | None:
     """Why tp x pp replicas cannot tile the allocation, as (a rule, the reason in the user's words); None
     when they can. The sweep checks it before any derived value is computed from dp (a division by zero
     otherwise), the planner to say why a space holds no layout."""
-    world, replica = nodes * devices_per_node, replica_devices(tp, pp)
+    world, replica = nodes * devices_per_node, replica_devices(tp, pp, cp)
+    sizes = f"tp {tp} x pp {pp}" if cp == 1 else f"tp {tp} x cp {cp} x pp {pp}"
     if replica > world:
-        return "replica larger than the allocation", (f"tp {tp} x pp {pp} = {replica} devices per replica, more "
+        return "replica larger than the allocation", (f"{sizes} = {replica} devices per replica, more "
                                                       f"than the {world} that {nodes} node(s) have")
-    if not tiles(world, tp, pp):
-        return "tp x pp does not divide the devices", (f"tp {tp} x pp {pp} = {replica} does not divide the {world} "
+    if not tiles(world, tp, pp, cp):
+        return "tp x pp does not divide the devices", (f"{sizes} = {replica} does not divide the {world} "
                                                        f"devices of {nodes} node(s) into whole replicas")
     return None
 
@@ -320,10 +338,14 @@ def problems(model: ModelSpec, layout: Layout, sequence_parallel: bool = False) 
 def violations(model: ModelSpec, layout: Layout, sequence_parallel: bool = False) -> list[Violation]:
     """problems(), with the name of each rule."""
     out: list[Violation] = []
-    for name in ("nodes", "devices_per_node", "tp", "pp", "mbs", "gas", "cp", "vp", "ep"):
+    for name in ("nodes", "devices_per_node", "tp", "pp", "mbs", "gas", "cp", "vp", "ep", "etp", "first_stage_layers",
+                 "last_stage_layers"):
         value = getattr(layout, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            out.append(Violation("positive", f"{name} must be a positive integer, got {value!r}"))
+        if value is None and name in ("etp", "first_stage_layers", "last_stage_layers"):
+            continue
+        least = 0 if name.endswith("stage_layers") else 1  # a last stage may hold the output layer alone
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            out.append(Violation("positive", f"{name} must be {'a positive integer' if least else 'a whole number'}, got {value!r}"))
     if out:
         return out
     return parallel_violations(

@@ -28,16 +28,17 @@ UNFUSING_FLAGS = {"bias_gelu": "no-bias-gelu-fusion", "swiglu": "no-bias-swiglu-
                   "cross_entropy": "no-cross-entropy-loss-fusion"}
 
 
-def _flag(flag: str, help: str, default: bool = False) -> Any:
+def _flag(flag: str, help: str, default: bool = False, *, stated: bool = True) -> Any:
     """A setting Megatron turns on with `--flag` (or, with default True, off with `--no-...`): the flag, its
     meaning and its default live with the field, so decoding, the rows files' keys and their help all come
     from here."""
-    return field(default=default, metadata={"flag": flag, "help": help})
+    return field(default=default, metadata={"flag": flag, "help": help, "stated": stated})
 
 
-def _given(help: str, default: Any = None) -> Any:
-    """A setting decoded by a rule of its own (precision, recompute, ...)."""
-    return field(default=default, metadata={"help": help})
+def _given(help: str, default: Any = None, *, stated: bool = True) -> Any:
+    """A setting decoded by a rule of its own (precision, recompute, ...); `stated` False keeps it out of the
+    keys a planner's rows file may give (the planner does not model it)."""
+    return field(default=default, metadata={"help": help, "stated": stated})
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,9 @@ class Switches:
                             "with --fp8-format hybrid)", "fp32")
     recompute: str = _given("activation recompute: none, selective (attention's core) or full (whole layers)",
                             "none")
-    recompute_method: str | None = _given("with full recompute: uniform or block (--recompute-method)")
-    recompute_num_layers: int | None = _given("with full recompute: layers per group (--recompute-num-layers)")
+    recompute_method: str | None = _given("with full recompute: uniform or block (--recompute-method)", stated=False)
+    recompute_num_layers: int | None = _given("with full recompute: layers per group (--recompute-num-layers)",
+                                              stated=False)
     sequence_parallel: bool = _flag("sequence-parallel", "activations outside the GEMMs split over tp")
     distributed_optimizer: bool = _flag("use-distributed-optimizer", "optimizer states sharded over the "
                                         "replicas of the weights (dp x cp)")
@@ -65,8 +67,8 @@ class Switches:
         "once its optimizer step is done, behind the other chunks' steps (needs the distributed optimizer and "
         "overlap_param_gather)")
     flash_attention: bool = _flag("use-flash-attn", "fused (flash) attention")
-    masked_softmax_fusion: bool = _flag("no-masked-softmax-fusion", "the fused masked softmax", True)
-    persist_layer_norm: bool = _flag("no-persist-layer-norm", "the persistent layer norm kernel", True)
+    masked_softmax_fusion: bool = _flag("no-masked-softmax-fusion", "the fused masked softmax", True, stated=False)
+    persist_layer_norm: bool = _flag("no-persist-layer-norm", "the persistent layer norm kernel", True, stated=False)
     gradient_accumulation_fusion: bool = _flag("no-gradient-accumulation-fusion", "the weight-gradient GEMMs "
                                                "add into the main gradients", True)
     async_tp_allreduce: bool = _flag("no-async-tensor-model-parallel-allreduce", "the column-parallel "
@@ -98,8 +100,9 @@ class Switches:
 
     @property
     def fp8(self) -> bool:
-        """Transformer Engine's FP8 GEMMs (with bf16 training)."""
-        return self.fp8_format is not None
+        """Transformer Engine's FP8 GEMMs with bf16 training (what the planner times as fp8; --fp8-format with
+        fp16 or fp32 training is not modelled and counts as that precision)."""
+        return self.fp8_format is not None and self.precision == "bf16"
 
     @property
     def compute_precision(self) -> str:
@@ -125,11 +128,14 @@ TP_COMM_OVERLAP_NEEDS = "tp_comm_overlap needs sequence_parallel (Megatron-LM re
 GATHER_WITH_STEP_NEEDS = ("overlap_param_gather_with_optimizer_step needs overlap_param_gather and the distributed "
                           "optimizer (Megatron-LM refuses it without)")
 FP8_FORMATS = ("e4m3", "hybrid")
+#: the precisions a planner's row states (fp8: bf16 training with Transformer Engine's FP8 GEMMs); the planner
+#: has no fp32 figures to stand on
+STATED_PRECISIONS = ("bf16", "fp16", "fp8")
 #: the choices of the settings that are words
 _CHOICES = {"recompute": RECOMPUTE, "recompute_method": RECOMPUTE_METHODS, "fp8_format": FP8_FORMATS,
-            "precision": (*PRECISIONS, "fp8")}
-#: the settings a planner's rows file, corpus or table may state, by their field names
-SETTING_KEYS = tuple(f.name for f in fields(Switches) if "help" in f.metadata)
+            "precision": STATED_PRECISIONS}
+#: the settings a planner's rows file, corpus or table may state, by their field names: those it models
+SETTING_KEYS = tuple(f.name for f in fields(Switches) if f.metadata.get("stated"))
 
 
 def setting_help(base: Switches) -> str:
@@ -140,7 +146,7 @@ def setting_help(base: Switches) -> str:
         value = getattr(base, f.name)
         shown = "fp8" if f.name == "precision" and base.fp8 else str(value).lower() if isinstance(value, bool) else value
         return f"{f.name}: {f.metadata['help']} ({flag}default {shown})"
-    return "\n".join(line(f) for f in fields(Switches) if "help" in f.metadata)
+    return "\n".join(line(f) for f in fields(Switches) if f.metadata.get("stated"))
 
 
 def read_settings(mapping: Mapping[str, Any], base: Switches, where: str) -> Switches:
@@ -163,6 +169,8 @@ def read_settings(mapping: Mapping[str, Any], base: Switches, where: str) -> Swi
     if given.get("precision") == "fp8":
         given.update(precision="bf16", fp8_format=given.get("fp8_format") or "hybrid")
     out = replace(base, **given)
+    if out.fp8_format is not None and out.precision != "bf16":
+        raise SpecError(f"{where}: fp8_format goes with bf16 training (precision fp8), not {out.precision}")
     for problem in out.problems():
         raise SpecError(f"{where}: {problem}")
     return out

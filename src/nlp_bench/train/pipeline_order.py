@@ -36,7 +36,7 @@ def warmup(pp: int, chunks: int, micro_batches: int, rank: int) -> int:
         return min(pp - rank - 1, total)
     if micro_batches == pp:
         return total
-    return min((pp - rank - 1) * 2 + (chunks - 1) * pp, total)
+    return min((pp - rank - 1) * 2 + virtual_stages(pp, chunks) - pp, total)
 
 
 def order(pp: int, chunks: int, micro_batches: int, rank: int) -> list[Unit]:

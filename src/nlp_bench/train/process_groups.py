@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from nlp_bench.spec.layout import data_parallel_size
+from nlp_bench.spec.layout import data_parallel_size, grid_rank
 
 
 @dataclass
@@ -46,15 +46,13 @@ class ProcessGroups:
 
     @property
     def next_rank(self) -> int:
-        return rank_of(self.tp_rank, self.dp_rank, (self.pp_rank + 1) % self.pp, self.tp, self.dp)
+        return grid_rank(self.tp_rank, self.dp_rank, (self.pp_rank + 1) % self.pp, self.tp, self.dp)
 
     @property
     def prev_rank(self) -> int:
-        return rank_of(self.tp_rank, self.dp_rank, (self.pp_rank - 1) % self.pp, self.tp, self.dp)
+        return grid_rank(self.tp_rank, self.dp_rank, (self.pp_rank - 1) % self.pp, self.tp, self.dp)
 
 
-def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, dp: int) -> int:
-    return tp_rank + tp * (dp_rank + dp * pp_rank)
 
 
 def build_process_groups(tp: int, pp: int, host_backend: str | None = None) -> ProcessGroups:
@@ -65,9 +63,9 @@ def build_process_groups(tp: int, pp: int, host_backend: str | None = None) -> P
     tp_rank, rest = rank % tp, rank // tp
     dp_rank, pp_rank = rest % dp, rest // dp
     families = {
-        "tp": [[rank_of(t, d, p, tp, dp) for t in range(tp)] for p in range(pp) for d in range(dp)],
-        "dp": [[rank_of(t, d, p, tp, dp) for d in range(dp)] for p in range(pp) for t in range(tp)],
-        "pp": [[rank_of(t, d, p, tp, dp) for p in range(pp)] for d in range(dp) for t in range(tp)],
+        "tp": [[grid_rank(t, d, p, tp, dp) for t in range(tp)] for p in range(pp) for d in range(dp)],
+        "dp": [[grid_rank(t, d, p, tp, dp) for d in range(dp)] for p in range(pp) for t in range(tp)],
+        "pp": [[grid_rank(t, d, p, tp, dp) for p in range(pp)] for d in range(dp) for t in range(tp)],
     }
     if pp > 1:
         families["embedding"] = [[ranks[0], ranks[-1]] for ranks in families["pp"]]
