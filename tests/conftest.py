@@ -108,3 +108,15 @@ def job(folder: Path):
     from nlp_bench.store.point_folder import PointDir
 
     return PointDir(folder).attempt()
+
+
+#: markers of the tests that share a machine-wide service (the one Slurm cluster, JUBE's): one worker runs them all
+_ONE_WORKER = ("slurm", "faults", "jube")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With pytest-xdist's loadgroup, the tests that share the Slurm cluster on this machine run on one worker
+    (two clusters would clash on its ports and folders); the rest spread over the workers."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in _ONE_WORKER) or "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("machine"))
