@@ -1,7 +1,7 @@
-"""Megatron-LM versions in-process: the flag tables (the kept ones are what each snapshot's own parser
-defines), the translations of reference flags a later version removed or renamed and of defaults it changed,
-the tag made for a version without a checkout, and the model FLOPs against the snapshot's own function
-(the snapshots unpacked, where they lie: docs/testing.md)."""
+"""Megatron-LM versions in-process: the flag tables, the translations of reference flags a later version
+removed or renamed and of defaults it changed, the tag made for a version without a checkout, and the model
+FLOPs against the snapshot's own function (the snapshots unpacked, where they lie: docs/testing.md). One
+test leaves the process: the kept flag tables are compared with what each snapshot's own parser writes."""
 
 from __future__ import annotations
 
