@@ -1,4 +1,6 @@
-"""Shared fixtures: the repository root, a CLI runner, a throw-away results folder, an editable site copy."""
+"""Shared fixtures: the repository root, a CLI runner, a throw-away results folder, an editable site copy; and
+those that a unit file and its integration half both take: the Megatron-LM snapshots unpacked, the registries
+restored, Triton's interpreter, the point.json reads counted."""
 
 from __future__ import annotations
 
@@ -13,9 +15,14 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+#: the performance scripts a GPU session runs (benchmark/perf), which some tests run or import on CPU
+PERF = ROOT / "benchmark" / "perf"
 #: the folder of Megatron-LM source archives the tests that run Megatron-LM's own code read (third-party code,
 #: not in the repository: docs/testing.md); None where MEGATRON_LM_ARCHIVES is not set
 MEGATRON_ARCHIVES = Path(os.environ["MEGATRON_LM_ARCHIVES"]) if os.environ.get("MEGATRON_LM_ARCHIVES") else None
+#: the Megatron-LM snapshots the version tests run on: archive -> what its megatron/core/package_info.py says
+MEGATRON_SNAPSHOTS = {"megatron-lm-f772743-jupiter.tar.gz": "0.4.0rc0",
+                      "megatron-lm-core_v0.20.0-d98e8a6.tar.gz": "0.20.0"}
 
 
 def megatron_archive(name: str) -> Path:
@@ -26,6 +33,33 @@ def megatron_archive(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"{path} is not here (MEGATRON_LM_ARCHIVES: docs/testing.md)")
     return path
+
+
+@pytest.fixture(scope="module")
+def unpacked(tmp_path_factory: pytest.TempPathFactory):
+    """Megatron-LM archive name -> the folder it is unpacked in, once per module (skipped where the archive
+    is not here)."""
+    import tarfile
+
+    done: dict[str, Path] = {}
+
+    def unpack(name: str) -> Path:
+        archive = megatron_archive(name)
+        if name not in done:
+            folder = tmp_path_factory.mktemp("megatron")
+            with tarfile.open(archive) as tar:
+                tar.extractall(folder, filter="data")
+            (done[name],) = folder.iterdir()
+        return done[name]
+
+    return unpack
+
+
+@pytest.fixture(params=sorted(MEGATRON_SNAPSHOTS), ids=lambda name: MEGATRON_SNAPSHOTS[name])
+def snapshot(request: pytest.FixtureRequest, unpacked) -> Path:
+    """Each Megatron-LM snapshot of MEGATRON_SNAPSHOTS, unpacked: a test that takes it runs once a
+    version."""
+    return unpacked(request.param)
 
 
 @pytest.fixture
@@ -77,6 +111,45 @@ def run_bench(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Complet
     exe = Path(sys.executable).parent / "bench"
     env = {k: v for k, v in os.environ.items() if k != "NLP_BENCH_RESULTS"}
     return subprocess.run([str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def registries_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a test registers (an executor, a launcher, a log format) is forgotten after it; the shipped parts
+    are all found first, so the copy a test edits holds them."""
+    from nlp_bench.analysis.formats import FORMATS
+    from nlp_bench.launch.executor import EXECUTORS
+    from nlp_bench.launch.launcher import LAUNCHERS
+
+    for registry in (EXECUTORS, LAUNCHERS, FORMATS):
+        registry.names()
+        monkeypatch.setattr(registry, "entries", dict(registry.entries))
+        monkeypatch.setattr(registry, "aliases", dict(registry.aliases))
+
+
+@pytest.fixture
+def triton_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton's interpreter for this test where there is no GPU (triton_interpreter.py says why per test)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def point_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the points whose point.json is read from now on (a stage should read each once at most)."""
+    from nlp_bench.store.point_folder import PointDir
+
+    reads = []
+    real = PointDir.point
+
+    def counted(self):
+        reads.append(self.id)
+        return real(self)
+
+    monkeypatch.setattr(PointDir, "point", counted)
+    return reads
 
 
 @pytest.fixture(scope="session")

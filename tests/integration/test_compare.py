@@ -1,44 +1,18 @@
-"""`bench result compare`: measured rows against the published reference, with the 560 s verdict."""
+"""What `bench result` writes, opened where it goes: the HTML report in a headless Chromium (playwright), the
+tex export through pdflatex, each export checked cell by cell; and the report's 175B headline with its 560 s
+verdict."""
 
-import json
 import shutil
 import subprocess
 
 import pytest
-from conftest import DATA, record_job
+from measured_runs import completed_175b, fake_sweep
 
-from nlp_bench.store import states
-
-
-def _completed_175b(bench, results):
-    """A 175B point whose job.out is the seed's verification log (96 nodes, tp 8, pp 8)."""
-    assert bench("run", "--tag", "175", "--dry-run").exit_code == 0
-    folder = next(results.glob("nlp/*/*/"))
-    (folder / "job.out").write_text((DATA / "seed003_verification.log").read_text())
-    record_job(folder, states.COMPLETED, job_id="1", exit_code=0)
-    return folder
-
-def _fake_sweep(bench, results, tmp_path):
-    """A 13B sweep over nodes and tp x pp whose logs say what a measured run would: faster with more
-    nodes, best at tp 2 / pp 4, a slow first interval."""
-    (tmp_path / "g.yaml").write_text('tag: "13"\nmatrix: {nodes: [8, 16], tp: [1, 2], pp: [2, 4]}\n'
-                                     'derived: {gas: "1024 // (nodes * 4 // (tp * pp))"}\n')
-    # --no-plan: the tp 1 points are predicted not to fit on a 40 GiB A100, and the plots want them all
-    assert bench("sweep", str(tmp_path / "g.yaml"), "--dry-run", "--no-plan").exit_code == 0
-    for folder in sorted(results.glob("nlp/*/*/")):
-        point = json.loads((folder / "point.json").read_text())
-        lay = point["layout"]
-        base = 34.0 * 8 / lay["nodes"] * (1.0 if (lay["tp"], lay["pp"]) == (2, 4) else 1.3)
-        lines = [f"[default3]: iteration {10 * i:8d}/   1000 | elapsed time per iteration (s): "
-                 f"{base * (1.5 if i == 1 else 1.0):.4f} | global batch size: {lay['global_batch_size']:5d} | "
-                 f"lm loss: 8.0E+00 |" for i in range(1, 7)]
-        (folder / "job.out").write_text("\n".join(lines) + "\n")
-        record_job(folder, states.COMPLETED, job_id="1", exit_code=0)
 
 def test_html_report_renders_in_headless_chromium(bench, results, tmp_path):
     """The report at 1280 and 800 pixels: no page-level horizontal overflow (wide tables scroll inside their
     box), every row present, the headline first; the screenshots stay in tmp_path to look at."""
-    _fake_sweep(bench, results, tmp_path)
+    fake_sweep(bench, results, tmp_path)
     report = tmp_path / "report.html"
     out = bench("result", "report", "-o", str(report))
     assert out.exit_code == 0 and "(8 points)" in out.output, out.output
@@ -114,7 +88,7 @@ def _latex_cells(text: str) -> list[list[str]]:
 def test_exports_open_where_they_go(bench, results, tmp_path):
     """The tex export left `_` unescaped (pdflatex stops), the html one was a fragment with `<NA>`, and an
     empty value was "-" in one format and empty in another."""
-    _completed_175b(bench, results)
+    completed_175b(bench, results)
     assert bench("run", "--tag", "13", "--dry-run").exit_code == 0  # a point with nothing measured
     files = {}
     for fmt in ("csv", "md", "html", "tex"):
@@ -136,7 +110,7 @@ def test_exports_open_where_they_go(bench, results, tmp_path):
 def test_the_tex_export_compiles(bench, results, tmp_path):
     """pdflatex stopped at the first unescaped `_` of the tex export; the parser above checks the cells, this the
     whole: the table, `\\input` into a document with booktabs, must make a PDF."""
-    _completed_175b(bench, results)
+    completed_175b(bench, results)
     assert bench("result", "export", "--format", "tex", "-o", str(tmp_path / "table.tex")).exit_code == 0
     (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
                                       "\\tiny\n\\input{table.tex}\n\\end{document}\n")

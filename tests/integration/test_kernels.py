@@ -1,9 +1,6 @@
-"""The Triton kernels against their eager torch references, forward and backward.
-
-Without a GPU they run under Triton's interpreter (TRITON_INTERPRET=1 while the kernel modules are
-imported): the same kernel code, executed on CPU tensors. Shapes are small because each
-program instance costs milliseconds there, but include a single row and widths that are not powers
-of two (masked lanes), and every dtype the trainer uses.
+"""benchmark/perf's kernel scripts run as a GPU session runs them, each in a process of its own:
+norm_registers.py compiling the norm kernels for an H100 without one, and norm_launch.py timing every launch
+setting under Triton's interpreter on CPU (triton_interpreter.py) after checking it against the reference.
 """
 
 from __future__ import annotations
@@ -13,41 +10,21 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from conftest import ROOT
+from conftest import PERF
+from triton_interpreter import KERNEL_MARKS, interpreted
 
-# Triton reads TRITON_INTERPRET when it defines a kernel (its own library's too) and when one runs: set
-# it for the import of triton and the kernel modules and, by the fixture below, for each test here, so
-# the rest of the session (the trainer's tests) still sees a machine without the interpreter.
-_interpret = not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ
-
-if _interpret:
-    os.environ["TRITON_INTERPRET"] = "1"
-
-try:
-    triton = pytest.importorskip("triton")
+with interpreted():
+    pytest.importorskip("triton")
     from nlp_bench.kernels import norm_settings
-finally:
-    if _interpret:
-        del os.environ["TRITON_INTERPRET"]
 
-# the interpreter evaluates exp() with numpy, which warns where the kernels rely on exp overflowing to inf
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
-
-@pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-def _perf_script(name: str) -> str:
-    return str(ROOT / "benchmark" / "perf" / name)
+pytestmark = KERNEL_MARKS
 
 def test_chunked_norm_kernels_hold_a_chunk_not_the_row_in_registers():
     """benchmark/perf/norm_registers.py compiles for an H100 without one: at width 12288 the whole-row forward
     needs every register ptxas allows a thread (or spills); the chunked kernels read the row twice so that
     they hold one chunk, which is what lets several rows be in flight per multiprocessor."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    command = [sys.executable, _perf_script("norm_registers.py"), "--widths", "12288", "--warps", "8", "--rows", "1",
+    command = [sys.executable, str(PERF / "norm_registers.py"), "--widths", "12288", "--warps", "8", "--rows", "1",
                "--prefetch", "0", "--chunks", "2048"]
     out = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=True).stdout
     table = {}
@@ -66,7 +43,7 @@ def test_norm_launch_checks_every_setting_and_prints_one_the_trainer_takes(tmp_p
     NLP_BENCH_NORM_LAUNCH the trainer accepts, so that the GPU minutes are spent on timings only."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     chosen = tmp_path / "launch"
-    command = [sys.executable, _perf_script("norm_launch.py"), "--rows", "9", "--widths", "40,16", "--chunks", "16",
+    command = [sys.executable, str(PERF / "norm_launch.py"), "--rows", "9", "--widths", "40,16", "--chunks", "16",
                "--warps", "0", "--per-processor", "0,1", "--norms", "layer_norm,rms_norm", "--param-tiles", "2x16",
                "--param-warps", "4", "--param-rows", "2,4", "--out", str(chosen)]
     out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)

@@ -1,6 +1,6 @@
-"""Megatron-LM as sites run it: the version of a checkout, its flag table, the translations of reference flags
-a later version removed or renamed, and the rendered 13 and 175 arguments accepted by Megatron-LM's OWN
-parse_args() and validate_args() for both snapshots (unpacked; nothing launched; where they lie: docs/testing.md)."""
+"""Megatron-LM as sites run it, in processes of its own: Megatron-LM's OWN parse_args() and validate_args() on
+the rendered arguments of each snapshot (unpacked, where they lie: docs/testing.md), git to make checkouts whose
+version and commit are read, and bash to run the jobscript's checkout lines."""
 
 from __future__ import annotations
 
@@ -9,48 +9,18 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, megatron_archive
+from conftest import ROOT
+from megatron_snapshots import NEEDS, megatron_point
 
 from nlp_bench.app.megatron_flags import own_parser_command
 from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args
-from nlp_bench.spec.benchmark import load_benchmark
 from nlp_bench.spec.megatron.checkout import Checkout, read_checkout
-from nlp_bench.spec.megatron.target import for_megatron
 
-#: archive -> what its megatron/core/package_info.py says
-ARCHIVES = {"megatron-lm-f772743-jupiter.tar.gz": "0.4.0rc0", "megatron-lm-core_v0.20.0-d98e8a6.tar.gz": "0.20.0"}
-
-#: what each snapshot's own parser needs beyond torch (f7727433's imports its tokenizers at once)
-NEEDS = {"0.4.0rc0": ("six", "regex"), "0.20.0": ()}
-
-@pytest.fixture(scope="module")
-def unpacked(tmp_path_factory):
-    """archive name -> the folder it is unpacked in, once per module."""
-    done: dict[str, Path] = {}
-
-    def unpack(name: str) -> Path:
-        archive = megatron_archive(name)
-        if name not in done:
-            folder = tmp_path_factory.mktemp("megatron")
-            with tarfile.open(archive) as tar:
-                tar.extractall(folder, filter="data")
-            (done[name],) = folder.iterdir()
-        return done[name]
-
-    return unpack
-
-@pytest.fixture(params=sorted(ARCHIVES), ids=lambda name: ARCHIVES[name])
-def snapshot(request, unpacked) -> Path:
-    return unpacked(request.param)
-
-def _point(tag: str, checkout: Checkout | None):
-    return for_megatron(load_benchmark().point(tag, trainer="megatron-lm"), checkout)
 
 def _world_size(point) -> int:
     return point.layout.nodes * point.layout.devices_per_node
@@ -76,7 +46,7 @@ def test_megatron_lms_own_parser_accepts_the_rendered_arguments(snapshot, tag, b
     out = bench("run", "--tag", tag, "--trainer", "megatron-lm", "--dry-run")
     assert out.exit_code == 0, out.output
     (script,) = results.glob("nlp/*/*_megatron-lm/jobscript.sbatch")
-    point = _point(tag, checkout)
+    point = megatron_point(tag, checkout)
     assert json.loads((script.parent / "point.json").read_text())["megatron_lm"] == point.megatron_lm
     argv = jobscript_args(script.read_text(), str(script))
     done = _own_check(snapshot, point, argv)
@@ -100,7 +70,7 @@ def test_megatron_lms_own_parser_accepts_the_rendered_arguments(snapshot, tag, b
 def test_megatron_lms_own_parser_refuses_what_it_does_not_have(unpacked):
     """The check would catch the break the issue found: the reference's arguments, untranslated, on 0.20."""
     snapshot = unpacked("megatron-lm-core_v0.20.0-d98e8a6.tar.gz")
-    point = _point("13", None)  # the reference's flags as they are
+    point = megatron_point("13", None)  # the reference's flags as they are
     argv = jobscript_args(render_jobscript(point), point.id)
     done = _own_check(snapshot, point, argv)
     assert done.returncode == 2 and "unrecognized arguments: --log-batch-size-to-tensorboard" in done.stderr
@@ -135,7 +105,7 @@ def _claiming(tmp_path: Path, version: tuple[int, int, int, str]) -> Path:
     return copy
 
 def test_the_jobscript_warns_when_the_checkout_it_finds_is_another_version(tmp_path):
-    point = _point("smoke", read_checkout(STAND_IN))
+    point = megatron_point("smoke", read_checkout(STAND_IN))
     text = render_jobscript(point)
     block = text[text.index("# The trainer is Megatron-LM's"):text.index("# Rendezvous")]
     assert "were made for Megatron-LM 0.20.0 (flags checked against benchmark/megatron-lm/flags/0.20.0.tsv)" in block
@@ -152,7 +122,7 @@ def test_a_checkout_path_is_one_word_in_the_jobscript_whatever_it_holds(tmp_path
 
     odd = tmp_path / "q$(touch${IFS}HACKED) a}b"
     shutil.copytree(STAND_IN, odd)
-    text = render_jobscript(_point("smoke", read_checkout(odd)))
+    text = render_jobscript(megatron_point("smoke", read_checkout(odd)))
     block = text[text.index("# The trainer is Megatron-LM's"):text.index("# Rendezvous")]
     env = {k: v for k, v in os.environ.items() if k != "MEGATRON_LM_REPO"}
     done = subprocess.run(["bash", "-c", f"{block}\necho \"$MEGATRON_LM_REPO $MEGATRON_LM_VERSION\""], env=env,
@@ -208,7 +178,7 @@ def test_megatron_lms_own_parser_accepts_the_llama_arguments(unpacked, tag, benc
     assert out.exit_code == 0, out.output
     (script,) = results.glob("nlp/*/*_megatron-lm/jobscript.sbatch")
     argv = jobscript_args(script.read_text(), str(script))
-    point = _point(tag, read_checkout(snapshot))
+    point = megatron_point(tag, read_checkout(snapshot))
     done = _own_check(snapshot, point, argv)
     assert done.returncode == 0, done.stderr[-3000:]
     answer = json.loads(done.stdout.splitlines()[-1])
@@ -237,7 +207,7 @@ def test_the_one_gpu_tag_runs_megatron_lm_without_apex_or_transformer_engine(unp
     local = ["--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm"]
     assert argv[argv.index("--transformer-impl") + 1] == "local" and all(flag in argv for flag in local)
     assert not {"--transformer-impl", *local} & set(jobscript_args(builtin.read_text(), str(builtin)))
-    point = _point("gpu-small", read_checkout(snapshot))
+    point = megatron_point("gpu-small", read_checkout(snapshot))
     done = _own_check(snapshot, point, argv)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1])["world_size"] == 1

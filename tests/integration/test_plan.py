@@ -1,13 +1,6 @@
-"""The planner: Megatron's memory formulas, calibration on the published reference rows, the command.
-
-Memory figures below were computed by hand (the arithmetic is in the comments) from Megatron-LM's
-theoretical memory model, megatron/training/theoretical_memory_usage.py (weights and optimizer: 18 bytes
-per parameter, 6 + 12/dp with the distributed optimizer; activations: the first stage's s·b·h·(18 + 4·ffn/h)
-bytes per layer for L layers, plus the embedding's input and dropout for pp micro-batches, plus the output
-layer when pp = 1, all divided by tp), and Table 2 of Korthikanti et al., "Reducing Activation
-Recomputation in Large Transformer Models", MLSys 2023 (per layer: s·b·h·(10 + 24/t) without sequence
-parallelism, plus 5·a·s²·b/t when the attention matrix is stored).
-"""
+"""The planner as a user meets it, `bench` run as a process of its own: a sweep cut to the predicted fastest
+(--top) or kept whole (--no-plan), the prediction beside the measurement in `bench result table`, and a
+calibration on a small local sweep that predicts a held-out point."""
 
 from __future__ import annotations
 

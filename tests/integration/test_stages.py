@@ -1,27 +1,23 @@
-"""A run as named stages (app.stages), each a function of the record it is given: render makes every script
-in memory and writes nothing; write makes the run and hands on the point records it wrote; launch, wait and
-analyse work from those records without opening point.json again; a resume starts at launch, and the
-planner's calibration reads each point.json once."""
+"""A run through every stage (app.stages) with a stand-in jobscript (tests/fixtures) started as a local job:
+a dry run ends at write; launch, wait and analyse work from the records write handed on without opening
+point.json again; a resume starts at launch and locks its own results folder; the planner's calibration reads
+each point.json once."""
 
 import json
 import shutil
 
 import pytest
 from conftest import ROOT
+from stage_orders import PREDICTED, smoke_order
 
 from nlp_bench.app import execute, planning
-from nlp_bench.app.stage_records import Done, Finished, LaunchOptions, Order
+from nlp_bench.app.stage_records import Done, Finished
 from nlp_bench.app.stages import analyse_run, launch_jobs, render_scripts, run_stages, wait_for_jobs, write_run
-from nlp_bench.launch.executor import get_executor
-from nlp_bench.spec.benchmark import load_benchmark
 from nlp_bench.store import states
 from nlp_bench.store.names import LOCAL_LOCK
 from nlp_bench.store.point_folder import PointDir
 
 STUB = ROOT / "tests" / "fixtures" / "stub_jobscript.sbatch.j2"
-
-PREDICTED = {"tokens_per_s": 500.0, "tokens_per_s_low": 400.0, "tokens_per_s_high": 600.0, "memory_gib": 0.1,
-             "fits": True, "reason": "fits", "extrapolated": True, "calibrated": False}
 
 @pytest.fixture
 def stub_site(site):
@@ -29,26 +25,8 @@ def stub_site(site):
     shutil.copy(STUB, site / "slurm" / "templates" / "jobscript.sbatch.j2")
     return site
 
-@pytest.fixture
-def point_reads(monkeypatch) -> list[str]:
-    """The ids of the points whose point.json is read from now on."""
-    reads = []
-    real = PointDir.point
-
-    def counted(self):
-        reads.append(self.id)
-        return real(self)
-
-    monkeypatch.setattr(PointDir, "point", counted)
-    return reads
-
-def _order(root, dry_run: bool = True, **options) -> Order:
-    point = load_benchmark("nlp").point("smoke", "local")
-    return Order(root, point.benchmark, point.tag, (point,), get_executor("local"), LaunchOptions(**options), dry_run,
-                 {point.id: PREDICTED})
-
 def test_a_dry_run_ends_at_write_with_nothing_launched(site, tmp_path, capsys):
-    rendered = render_scripts(_order(tmp_path / "results"))
+    rendered = render_scripts(smoke_order(tmp_path / "results"))
     assert write_run(rendered) == Done(0)
     (run,) = (tmp_path / "results" / "nlp").iterdir()
     (one,) = rendered.points
@@ -61,7 +39,7 @@ def test_a_dry_run_ends_at_write_with_nothing_launched(site, tmp_path, capsys):
 
 def test_a_local_run_goes_through_every_stage_without_opening_point_json_again(stub_site, tmp_path, point_reads,
                                                                              monkeypatch, capsys):
-    written = write_run(render_scripts(_order(tmp_path / "results", dry_run=False)))
+    written = write_run(render_scripts(smoke_order(tmp_path / "results", dry_run=False)))
     launched = launch_jobs(written)
     assert launched.states == (states.COMPLETED,)
     finished = wait_for_jobs(launched)
@@ -69,7 +47,7 @@ def test_a_local_run_goes_through_every_stage_without_opening_point_json_again(s
     assert analyse_run(finished) == Done(0)
     assert "1024.00" in capsys.readouterr().out  # the stand-in's tokens/s in the table
     monkeypatch.setenv("NLP_BENCH_TEST_EXIT", "1")
-    assert run_stages(_order(tmp_path / "results", dry_run=False)) == 1
+    assert run_stages(smoke_order(tmp_path / "results", dry_run=False)) == 1
     assert "ended FAILED (nonzero_exit: exit code 1)" in capsys.readouterr().err
     assert point_reads == []
 
@@ -77,7 +55,7 @@ def test_a_resume_starts_at_launch_reading_each_point_once_and_locks_its_own_res
         stub_site, tmp_path, point_reads, monkeypatch, capsys):
     root, elsewhere = tmp_path / "results", tmp_path / "elsewhere"
     monkeypatch.setenv("NLP_BENCH_TEST_EXIT", "1")
-    assert run_stages(_order(root, dry_run=False)) == 1
+    assert run_stages(smoke_order(root, dry_run=False)) == 1
     (run,) = (root / "nlp").iterdir()
     monkeypatch.setenv("NLP_BENCH_TEST_EXIT", "0")
     elsewhere.mkdir()
@@ -89,7 +67,7 @@ def test_a_resume_starts_at_launch_reading_each_point_once_and_locks_its_own_res
 
 def test_calibration_reads_each_point_json_once(stub_site, tmp_path, point_reads):
     root = tmp_path / "results"
-    assert run_stages(_order(root, dry_run=False)) == 0
+    assert run_stages(smoke_order(root, dry_run=False)) == 0
     (run,) = (root / "nlp").iterdir()
     point_reads.clear()
     (found,) = planning.measured(root, [run.name])

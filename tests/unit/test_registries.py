@@ -1,56 +1,26 @@
-"""Executors, launchers and log formats register themselves: a part added in a test (or a module) is accepted by
-the profiles, `bench run`, `bench doctor` and `bench parse` without a whitelist or a table learning its name,
-and a name no part answers to is refused in one line that names where it came from and what is known."""
+"""Executors, launchers and log formats register themselves, checked in-process: a part added in a test (or a
+module) is found, resolved and accepted by profiles, `bench doctor` and `bench parse` without a whitelist or a
+table learning its name, and a name no part answers to is refused in one line that names where it came from
+and what is known."""
 
 import re
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from registry_parts import queue_executor, site_profile
 
 from nlp_bench.analysis import parsers
 from nlp_bench.analysis.formats import FORMATS, register_format
 from nlp_bench.analysis.formats.item_scan import ItemScan
 from nlp_bench.analysis.log_record import ParseError, Record
 from nlp_bench.errors import BenchError, LaunchError, SpecError
-from nlp_bench.launch.executor import EXECUTORS, executor_for, get_executor, register_executor
+from nlp_bench.launch.executor import EXECUTORS, executor_for, get_executor
 from nlp_bench.launch.launcher import LAUNCHERS, launcher_for
 from nlp_bench.registry import Registry
 from nlp_bench.spec.systems import load_system
 
-
-@pytest.fixture(autouse=True)
-def _registries_restored(monkeypatch):
-    """What a test registers is forgotten after it (the shipped parts were all found first)."""
-    for registry in (EXECUTORS, LAUNCHERS, FORMATS):
-        registry.names()
-        monkeypatch.setattr(registry, "entries", dict(registry.entries))
-        monkeypatch.setattr(registry, "aliases", dict(registry.aliases))
-
-def _profile(site: Path, name: str, **changes: str) -> Path:
-    """A copy of the shipped `local` profile under another name, with some keys changed."""
-    text = (site / "slurm" / "systems" / "local.yaml").read_text().replace("name: local", f"name: {name}")
-    for key, value in changes.items():
-        text = re.sub(rf"^{key}: .*$", f"{key}: {value}", text, flags=re.M)
-    path = site / "slurm" / "systems" / f"{name}.yaml"
-    path.write_text(text)
-    return path
-
-def _queue_executor():
-    @register_executor
-    class QueueExecutor:
-        """A batch scheduler bench has never heard of."""
-
-        name = "pbs-test"
-        queues = True
-        holds_jobs = False
-        silence = None
-
-        def check_available(self) -> None:
-            raise LaunchError("pbs-test: no qsub here")
-
-    return QueueExecutor
+pytestmark = pytest.mark.usefixtures("registries_restored")
 
 def test_the_shipped_parts_are_found_by_walking_their_packages():
     assert EXECUTORS.names() == ["local", "slurm"]
@@ -89,7 +59,7 @@ def test_a_name_taken_twice_is_refused_and_the_same_part_again_is_not():
         registry.add("b", "other", aliases=("alpha",))
 
 def test_an_unknown_executor_in_a_profile_is_refused_in_one_line_naming_the_file(site):
-    path = _profile(site, "pbs-site", executor="pbs")
+    path = site_profile(site, "pbs-site", executor="pbs")
     system = load_system("pbs-site")  # a name: spec cannot know launch's executors
     with pytest.raises(LaunchError) as refused:
         executor_for(system)
@@ -102,7 +72,7 @@ def test_the_doctor_refuses_an_unknown_executor_in_one_line(site, tmp_path):
 
     from nlp_bench.cli import cli
 
-    path = _profile(site, "pbs-site", executor="pbs")
+    path = site_profile(site, "pbs-site", executor="pbs")
     out = CliRunner().invoke(cli, ["--results-dir", str(tmp_path / "r"), "doctor", "--system", "pbs-site"])
     assert out.exit_code == 2
     assert out.stderr.strip().splitlines() == [f"bench: error: {path}: unknown executor 'pbs'; known: local, slurm"]
@@ -111,8 +81,8 @@ def test_the_doctor_says_it_has_no_checks_for_a_scheduler_it_does_not_know(site,
     from nlp_bench.app import doctor
     from nlp_bench.spec.benchmark import load_benchmark
 
-    _queue_executor()
-    _profile(site, "pbs-site", executor="pbs-test")
+    queue_executor()
+    site_profile(site, "pbs-site", executor="pbs-test")
     monkeypatch.setattr(doctor, "_environment", lambda system: doctor.Check("python environment", doctor.OK, "-"))
     point = load_benchmark("nlp").point("smoke", "pbs-site")
     checks = {c.name: c for c in doctor.doctor(point, on_node=True)}
@@ -123,13 +93,13 @@ def test_the_doctor_says_it_has_no_checks_for_a_scheduler_it_does_not_know(site,
 
 @pytest.mark.parametrize("value", ["3", "Slurm Cluster", "''"])
 def test_a_profile_whose_executor_is_no_name_is_refused_by_spec(site, value):
-    path = _profile(site, "odd-site", executor=value)
+    path = site_profile(site, "odd-site", executor=value)
     with pytest.raises(SpecError) as refused:
         load_system("odd-site")
     assert str(refused.value).startswith(f"{path}: executor must be the name of a registered executor, got ")
 
 def test_an_unknown_launcher_is_refused_in_one_line_naming_the_file(site, bench):
-    path = _profile(site, "mpi-site", launcher="mpirun")
+    path = site_profile(site, "mpi-site", launcher="mpirun")
     with pytest.raises(LaunchError) as refused:
         launcher_for(load_system("mpi-site"))
     assert str(refused.value) == f"{path}: unknown launcher 'mpirun' (did you mean 'srun'?); known: direct, srun"

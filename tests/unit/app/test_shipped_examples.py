@@ -1,42 +1,19 @@
-"""Every grid and every tag the repository ships dry-runs on a fresh clone: a copy of the site layer, no
-Megatron-LM checkout, no data, no site variables. Each writes its jobscripts, or stops with one line that
-says what it needs and which setting gives it. The examples are listed from the files, so a new grid, tag or
-tag's system is checked without an edit here."""
+"""The list of shipped examples and the refusal a fresh clone may end in, checked in-process: the glob finds
+every grid, benchmark and tag (shipped_examples.py), and only a refusal that names what the machine lacks and
+the setting that gives it counts as one."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from conftest import ROOT
+from shipped_examples import BENCHMARKS, GRIDS, NEEDS, shipped_tags
 
 from nlp_bench.errors import SpecError
-from nlp_bench.spec.benchmark import load_benchmark
-from nlp_bench.spec.trainers import MEGATRON_LM, REPO_ENV, megatron_checkout
+from nlp_bench.spec.trainers import REPO_ENV, megatron_checkout
 
-GRIDS = sorted((ROOT / "benchmark" / "grids").glob("*.yaml"))
-
-BENCHMARKS = sorted((ROOT / "benchmark").glob("*.yaml"))
-
-#: a refusal that is the machine's, not the example's: what is needed, then the setting that gives it
-#: ("--trainer megatron-lm needs a Megatron-LM checkout: set megatron_lm_repo in ... or MEGATRON_LM_REPO")
-NEEDS = re.compile(r"^bench: error: .*\bneeds? .+: (set|install) \S+")
-
-def _tags() -> list:
-    """(benchmark, tag, system, trainer): each tag on its own system and on every system its `systems` block
-    names, with the trainer it names; and on its own system with Megatron-LM, which any tag may be asked for."""
-    found = []
-    for path in BENCHMARKS:
-        for tag, spec in load_benchmark(str(path)).tags.items():
-            for system in [spec["system"], *(spec.get("systems") or {})]:
-                found.append(pytest.param(path.stem, tag, system, None, id=f"{path.stem}:{tag}@{system}"))
-            found.append(pytest.param(path.stem, tag, spec["system"], MEGATRON_LM,
-                                      id=f"{path.stem}:{tag}@{spec['system']}+{MEGATRON_LM}"))
-    return found
 
 def test_the_shipped_examples_are_found():
     """A glob that found nothing would pass every check below by having none."""
-    assert GRIDS and BENCHMARKS and len(_tags()) > len(BENCHMARKS)
+    assert GRIDS and BENCHMARKS and len(shipped_tags()) > len(BENCHMARKS)
 
 def test_a_refusal_passes_only_where_it_names_what_is_needed(monkeypatch):
     """The machine's refusal (no checkout where one is required) passes; the example's own fault, such as the

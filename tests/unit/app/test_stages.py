@@ -1,44 +1,20 @@
-"""A run as named stages (app.stages), each a function of the record it is given: render makes every script
-in memory and writes nothing; write makes the run and hands on the point records it wrote; launch, wait and
-analyse work from those records without opening point.json again; a resume starts at launch, and the
-planner's calibration reads each point.json once."""
+"""A run as named stages (app.stages), each a function of the record it is given, checked in-process with
+nothing launched: render makes every script in memory and writes nothing; write makes the run and hands on the
+point records it wrote; analyse works from those records without opening point.json again."""
 
 import json
 
-import pytest
 from conftest import record_job
+from stage_orders import PREDICTED, smoke_order
 
-from nlp_bench.app.stage_records import Done, Finished, LaunchOptions, Order, PointOnDisk, Written
+from nlp_bench.app.stage_records import Done, Finished, PointOnDisk, Written
 from nlp_bench.app.stages import analyse_run, render_scripts, write_run
-from nlp_bench.launch.executor import get_executor
-from nlp_bench.spec.benchmark import load_benchmark
 from nlp_bench.store import states
-from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import find_run
 
-PREDICTED = {"tokens_per_s": 500.0, "tokens_per_s_low": 400.0, "tokens_per_s_high": 600.0, "memory_gib": 0.1,
-             "fits": True, "reason": "fits", "extrapolated": True, "calibrated": False}
-
-@pytest.fixture
-def point_reads(monkeypatch) -> list[str]:
-    """The ids of the points whose point.json is read from now on."""
-    reads = []
-    real = PointDir.point
-
-    def counted(self):
-        reads.append(self.id)
-        return real(self)
-
-    monkeypatch.setattr(PointDir, "point", counted)
-    return reads
-
-def _order(root, dry_run: bool = True, **options) -> Order:
-    point = load_benchmark("nlp").point("smoke", "local")
-    return Order(root, point.benchmark, point.tag, (point,), get_executor("local"), LaunchOptions(**options), dry_run,
-                 {point.id: PREDICTED})
 
 def test_render_makes_each_point_in_memory_and_writes_nothing(site, tmp_path):
-    order = _order(tmp_path / "results", hang_timeout_s=77)
+    order = smoke_order(tmp_path / "results", hang_timeout_s=77)
     (one,) = render_scripts(order).points
     point = order.points[0]
     assert one.record.data == point.to_dict() and one.record.id == point.id
@@ -48,7 +24,7 @@ def test_render_makes_each_point_in_memory_and_writes_nothing(site, tmp_path):
     assert not (tmp_path / "results").exists()
 
 def test_write_hands_launch_the_records_it_wrote(site, tmp_path):
-    rendered = render_scripts(_order(tmp_path / "results", dry_run=False))
+    rendered = render_scripts(smoke_order(tmp_path / "results", dry_run=False))
     written = write_run(rendered)
     assert isinstance(written, Written) and written.root == tmp_path / "results" and not written.again
     (point,) = written.points
@@ -57,7 +33,7 @@ def test_write_hands_launch_the_records_it_wrote(site, tmp_path):
 
 def test_analyse_takes_a_finished_run_folder_and_its_records(site, tmp_path, point_reads, capsys):
     """A point measured elsewhere (its log and state written here): the table from the record handed in."""
-    order = _order(tmp_path / "results")
+    order = smoke_order(tmp_path / "results")
     (one,) = render_scripts(order).points
     write_run(render_scripts(order))
     (run,) = (tmp_path / "results" / "nlp").iterdir()

@@ -1,41 +1,22 @@
-"""The Triton kernels against their eager torch references, forward and backward.
+"""The Triton kernels against their eager torch references, forward and backward, in-process.
 
-Without a GPU they run under Triton's interpreter (TRITON_INTERPRET=1 while the kernel modules are
-imported): the same kernel code, executed on CPU tensors. Shapes are small because each
+Without a GPU they run under Triton's interpreter (triton_interpreter.py). Shapes are small because each
 program instance costs milliseconds there, but include a single row and widths that are not powers
 of two (masked lanes), and every dtype the trainer uses.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-from conftest import ROOT
+from conftest import PERF
+from triton_interpreter import KERNEL_MARKS, interpreted
 
-# Triton reads TRITON_INTERPRET when it defines a kernel (its own library's too) and when one runs: set
-# it for the import of triton and the kernel modules and, by the fixture below, for each test here, so
-# the rest of the session (the trainer's tests) still sees a machine without the interpreter.
-_interpret = not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ
-
-if _interpret:
-    os.environ["TRITON_INTERPRET"] = "1"
-
-try:
-    triton = pytest.importorskip("triton")
+with interpreted():
+    pytest.importorskip("triton")
     from nlp_bench.kernels import activations, adam, eager, loss, norm_settings, norms
-finally:
-    if _interpret:
-        del os.environ["TRITON_INTERPRET"]
 
-# the interpreter evaluates exp() with numpy, which warns where the kernels rely on exp overflowing to inf
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
-
-@pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+pytestmark = KERNEL_MARKS
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -278,15 +259,12 @@ def test_adam_step(model_dtype, decoupled):
             ulp = torch.finfo(model_dtype).eps
             torch.testing.assert_close(out.float(), master, atol=1e-30, rtol=ulp)
 
-def _perf_script(name: str) -> str:
-    return str(ROOT / "benchmark" / "perf" / name)
-
 def test_norm_launch_refuses_a_setting_off_the_reference():
     """What keeps a fast but wrong launch setting from being chosen: one wrong row of many, or a gradient
     off by more than bf16 rounding, is reported; bf16 rounding itself is not."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("norm_launch", _perf_script("norm_launch.py"))
+    spec = importlib.util.spec_from_file_location("norm_launch", str(PERF / "norm_launch.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     g = torch.Generator().manual_seed(9)

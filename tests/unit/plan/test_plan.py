@@ -1,4 +1,4 @@
-"""The planner: Megatron's memory formulas, calibration on the published reference rows, the command.
+"""The planner in-process: Megatron's memory formulas, calibration on the published reference rows, the command.
 
 Memory figures below were computed by hand (the arithmetic is in the comments) from Megatron-LM's
 theoretical memory model, megatron/training/theoretical_memory_usage.py (weights and optimizer: 18 bytes

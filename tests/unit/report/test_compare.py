@@ -1,9 +1,11 @@
-"""`bench result compare`: measured rows against the published reference, with the 560 s verdict."""
+"""`bench result compare` in-process: measured rows against the published reference, with the 560 s verdict;
+and the tables, plots, status and exports made from those rows, read back."""
 
 import json
 
 import pytest
-from conftest import DATA, record_job
+from conftest import record_job
+from measured_runs import completed_175b, fake_sweep
 
 from nlp_bench import __version__
 from nlp_bench.analysis.reference import compare, reference_rows, verdict
@@ -22,16 +24,9 @@ def test_verdict_is_the_560_s_rule():
     assert verdict("gpt-175b", 560.0) == "pass" and verdict("gpt-175b", 560.01) == "fail"
     assert verdict("gpt-13b", 10_000) is None and verdict("gpt-175b", None) is None
 
-def _completed_175b(bench, results):
-    """A 175B point whose job.out is the seed's verification log (96 nodes, tp 8, pp 8)."""
-    assert bench("run", "--tag", "175", "--dry-run").exit_code == 0
-    folder = next(results.glob("nlp/*/*/"))
-    (folder / "job.out").write_text((DATA / "seed003_verification.log").read_text())
-    record_job(folder, states.COMPLETED, job_id="1", exit_code=0)
-    return folder
 
 def test_compare_a_measured_run(bench, results):
-    _completed_175b(bench, results)
+    completed_175b(bench, results)
     out = bench("result", "compare", "--format", "csv")
     assert out.exit_code == 0, out.output
     header, row = out.output.splitlines()[:2]
@@ -64,7 +59,7 @@ def test_exports_read_back_into_equal_frames(bench, results, tmp_path, fmt):
     from nlp_bench.report.table import read_export
     from nlp_bench.store.runs import find_run
 
-    _completed_175b(bench, results)
+    completed_175b(bench, results)
     assert bench("run", "--tag", "13", "--dry-run").exit_code == 0
     rows = [row for run_ in sorted((results / "nlp").iterdir()) for row in run_rows(find_run(results, str(run_)))]
     target = tmp_path / f"table.{fmt}"
@@ -78,31 +73,15 @@ def test_exports_read_back_into_equal_frames(bench, results, tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt,needle", [("html", "<table"), ("tex", "\\begin{tabular}"), ("md", "| system")])
 def test_text_exports(bench, results, tmp_path, fmt, needle):
-    _completed_175b(bench, results)
+    completed_175b(bench, results)
     target = tmp_path / f"table.{fmt}"
     out = bench("result", "export", "--format", fmt, "-o", str(target))
     text = target.read_text()
     assert out.exit_code == 0 and needle in text and "34063" in text and "<NA>" not in text, out.output
 
-def _fake_sweep(bench, results, tmp_path):
-    """A 13B sweep over nodes and tp x pp whose logs say what a measured run would: faster with more
-    nodes, best at tp 2 / pp 4, a slow first interval."""
-    (tmp_path / "g.yaml").write_text('tag: "13"\nmatrix: {nodes: [8, 16], tp: [1, 2], pp: [2, 4]}\n'
-                                     'derived: {gas: "1024 // (nodes * 4 // (tp * pp))"}\n')
-    # --no-plan: the tp 1 points are predicted not to fit on a 40 GiB A100, and the plots want them all
-    assert bench("sweep", str(tmp_path / "g.yaml"), "--dry-run", "--no-plan").exit_code == 0
-    for folder in sorted(results.glob("nlp/*/*/")):
-        point = json.loads((folder / "point.json").read_text())
-        lay = point["layout"]
-        base = 34.0 * 8 / lay["nodes"] * (1.0 if (lay["tp"], lay["pp"]) == (2, 4) else 1.3)
-        lines = [f"[default3]: iteration {10 * i:8d}/   1000 | elapsed time per iteration (s): "
-                 f"{base * (1.5 if i == 1 else 1.0):.4f} | global batch size: {lay['global_batch_size']:5d} | "
-                 f"lm loss: 8.0E+00 |" for i in range(1, 7)]
-        (folder / "job.out").write_text("\n".join(lines) + "\n")
-        record_job(folder, states.COMPLETED, job_id="1", exit_code=0)
 
 def test_plots_for_a_sweep(bench, results, tmp_path):
-    _fake_sweep(bench, results, tmp_path)
+    fake_sweep(bench, results, tmp_path)
     out = bench("result", "plot", "-o", str(tmp_path / "plots"))
     assert out.exit_code == 0, out.output
     files = {p.name: p for p in (tmp_path / "plots").iterdir()}
@@ -125,7 +104,7 @@ def test_plot_without_completed_points_is_one_line(bench, results, tmp_path):
 def test_table_over_runs_sorted_and_filtered(bench, results, tmp_path):
     from nlp_bench.api import load_results
 
-    _fake_sweep(bench, results, tmp_path)
+    fake_sweep(bench, results, tmp_path)
     assert bench("run", "--tag", "13", "--dry-run").exit_code == 0  # a second run, not submitted
     every = bench("result", "table", "--all", "--format", "csv")
     assert every.exit_code == 0 and len(every.output.splitlines()) == 1 + 8 + 1, every.output
@@ -150,8 +129,8 @@ def test_table_over_runs_sorted_and_filtered(bench, results, tmp_path):
         assert out.exit_code == 2 and needle in out.stderr, out.output
 
 def test_plots_of_two_runs_of_the_same_points_keep_both_traces(bench, results, tmp_path):
-    _fake_sweep(bench, results, tmp_path)
-    _fake_sweep(bench, results, tmp_path)  # the same eight points again, in a second run
+    fake_sweep(bench, results, tmp_path)
+    fake_sweep(bench, results, tmp_path)  # the same eight points again, in a second run
     runs = sorted(p.name for p in (results / "nlp").iterdir())
     out = bench("result", "plot", *runs, "-o", str(tmp_path / "plots"))
     assert out.exit_code == 0, out.output
@@ -167,7 +146,7 @@ def _table_rows(text: str) -> list[str]:
 
 @pytest.mark.parametrize("width", [40, 60, 80, 100, 120, 160])
 def test_pretty_table_fits_the_terminal_and_names_what_it_left_out(bench, results, tmp_path, monkeypatch, width):
-    _fake_sweep(bench, results, tmp_path)
+    fake_sweep(bench, results, tmp_path)
     monkeypatch.setenv("COLUMNS", str(width))
     out = bench("result", "table")
     assert out.exit_code == 0, out.output
@@ -188,7 +167,7 @@ def test_pretty_table_wide_and_chosen_columns(bench, results, tmp_path, monkeypa
     from nlp_bench.analysis.results import RESULT_COLUMNS
     from nlp_bench.cli import cli
 
-    _fake_sweep(bench, results, tmp_path)
+    fake_sweep(bench, results, tmp_path)
     monkeypatch.setenv("COLUMNS", "100")
     wide = bench("result", "table", "--wide").output
     header = wide.splitlines()[1].split()
@@ -204,7 +183,7 @@ def test_pretty_table_wide_and_chosen_columns(bench, results, tmp_path, monkeypa
 
 @pytest.mark.parametrize("width", [60, 80, 120])
 def test_status_fits_the_terminal_one_line_per_point(bench, results, tmp_path, monkeypatch, width):
-    _fake_sweep(bench, results, tmp_path)
+    fake_sweep(bench, results, tmp_path)
     folder = sorted((results / "nlp").glob("*/gpt-13b_n8_tp2_pp4*"))[0]
     record_job(folder, states.FAILED, failure_class="python_exception", failure_detail="ValueError: " + "x" * 300)
     monkeypatch.setenv("COLUMNS", str(width))
@@ -224,7 +203,7 @@ def test_the_reference_rows_come_beside_the_newest_run_not_instead_of_it(bench, 
     assert {r["state"] for r in rows} == {"REFERENCE", "NOT_SUBMITTED"} and len(rows) == len(alone) + 1
 
 def test_filter_sort_and_columns_take_one_spelling(bench, results):
-    _completed_175b(bench, results)
+    completed_175b(bench, results)
     assert bench("run", "--tag", "13", "--dry-run").exit_code == 0
     both = [bench("result", "table", "--all", "--format", "csv", "--filter", f"{name} > 1000", "--sort", f"-{name}",
                   "--columns", f"point,{name}").output for name in ("Tokens/sec", "Tokens_sec")]
@@ -248,7 +227,7 @@ def test_at_80_columns_the_rows_of_a_sweep_are_told_apart(bench, results, tmp_pa
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_plan_and_compare_fit_the_terminal(bench, results, tmp_path, monkeypatch, width):
-    _completed_175b(bench, results)
+    completed_175b(bench, results)
     monkeypatch.setenv("COLUMNS", str(width))
     for args in (["plan", "--tag", "175"], ["plan", "--tag", "13", "--top", "20"], ["plan", "target", "560"],
                  ["result", "compare"], ["result", "compare", "--reference", "jupiter"]):

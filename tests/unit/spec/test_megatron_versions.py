@@ -1,15 +1,16 @@
-"""Megatron-LM as sites run it: the version of a checkout, its flag table, the translations of reference flags
-a later version removed or renamed, and the rendered 13 and 175 arguments accepted by Megatron-LM's OWN
-parse_args() and validate_args() for both snapshots (unpacked; nothing launched; where they lie: docs/testing.md)."""
+"""Megatron-LM versions in-process: the flag tables, the translations of reference flags a later version
+removed or renamed and of defaults it changed, the tag made for a version without a checkout, and the model
+FLOPs against the snapshot's own function (the snapshots unpacked, where they lie: docs/testing.md). One
+test leaves the process: the kept flag tables are compared with what each snapshot's own parser writes."""
 
 from __future__ import annotations
 
 import importlib.util
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, megatron_archive
+from conftest import ROOT
+from megatron_snapshots import NEEDS, megatron_point
 
 from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
@@ -27,34 +28,6 @@ from nlp_bench.spec.megatron.translations import (
 )
 from nlp_bench.spec.rules import load_rules, parse_argv
 
-#: archive -> what its megatron/core/package_info.py says
-ARCHIVES = {"megatron-lm-f772743-jupiter.tar.gz": "0.4.0rc0", "megatron-lm-core_v0.20.0-d98e8a6.tar.gz": "0.20.0"}
-
-#: what each snapshot's own parser needs beyond torch (f7727433's imports its tokenizers at once)
-NEEDS = {"0.4.0rc0": ("six", "regex"), "0.20.0": ()}
-
-@pytest.fixture(scope="module")
-def unpacked(tmp_path_factory):
-    """archive name -> the folder it is unpacked in, once per module."""
-    done: dict[str, Path] = {}
-
-    def unpack(name: str) -> Path:
-        archive = megatron_archive(name)
-        if name not in done:
-            folder = tmp_path_factory.mktemp("megatron")
-            with tarfile.open(archive) as tar:
-                tar.extractall(folder, filter="data")
-            (done[name],) = folder.iterdir()
-        return done[name]
-
-    return unpack
-
-@pytest.fixture(params=sorted(ARCHIVES), ids=lambda name: ARCHIVES[name])
-def snapshot(request, unpacked) -> Path:
-    return unpacked(request.param)
-
-def _point(tag: str, checkout: Checkout | None):
-    return for_megatron(load_benchmark().point(tag, trainer="megatron-lm"), checkout)
 
 def test_the_kept_flag_tables_are_what_the_snapshots_own_parsers_define(snapshot, tmp_path):
     checkout = read_checkout(snapshot)
@@ -73,7 +46,7 @@ def test_an_unknown_version_takes_the_nearest_table_and_says_so():
     assert table_for("0.19.0")[0].version == "0.20.0" and table_for("0.19.0")[1] is False
     assert table_for("0.7.0")[0].version == "0.4.0rc0" and table_for("0.4.0")[0].version == "0.4.0rc0"
     assert table_for("1.2.0")[0].version == "0.20.0"
-    point = _point("175", Checkout(Path("/nowhere"), "0.19.0", None))
+    point = megatron_point("175", Checkout(Path("/nowhere"), "0.19.0", None))
     from nlp_bench.spec.megatron.target import table_note
 
     assert "0.19.0 has no flag table here: checked against the nearest known, 0.20.0" in table_note(point)
@@ -109,7 +82,7 @@ def test_every_flag_the_reference_version_lost_is_translated():
 def test_the_rules_read_a_translated_flag_back_only_where_it_says_the_same():
     rules, by_flag = load_rules("jupiter"), load_translations()
     needed = [by_flag["use-flash-attn"], by_flag["log-batch-size-to-tensorboard"]]
-    point = _point("13", None)
+    point = megatron_point("13", None)
     argv = jobscript_args(render_jobscript(point), point.id)
     found = parse_argv(argv)
     assert found["use-flash-attn"] is True
@@ -162,7 +135,7 @@ def test_every_default_that_changed_since_the_reference_is_accounted_for():
 def test_a_version_between_the_tables_renders_the_reference_tags():
     """0.11 to 0.12 take the reference's table as the nearest, yet have --attention-backend: a flag a
     translation spells is not refused for being newer than the nearest table."""
-    point = _point("13", Checkout(Path("/x"), "0.11.0", None))
+    point = megatron_point("13", Checkout(Path("/x"), "0.11.0", None))
     assert point.train["attention-backend"] == "flash" and "use-flash-attn" not in point.train
     assert point.megatron_lm["flag_table"] == "0.4.0rc0.tsv" and not point.megatron_lm["flag_table_exact"]
     with pytest.raises(SpecError, match="has no flag --no-such-flag"):
@@ -183,19 +156,19 @@ def test_without_a_checkout_a_tag_is_made_for_the_oldest_kept_release_that_takes
     Megatron-LM it is written for has. The reference's own tags stay made for the reference's version."""
     from nlp_bench.spec.megatron.target import table_note
 
-    reference = _point("175", None)
+    reference = megatron_point("175", None)
     assert reference.megatron_lm["flag_table"] == "0.4.0rc0.tsv" and reference.megatron_lm["translated"] == []
     assert "use-flash-attn" in reference.train and "the arguments are the reference's" in table_note(reference)
-    small = _point("gpu-small", None)
+    small = megatron_point("gpu-small", None)
     made = small.megatron_lm
     assert (made["version"], made["flag_table"], made["flag_table_exact"]) == (None, "0.20.0.tsv", True)
     assert small.train["mock-data"] is True
     assert "0.4.0rc0 has no --mock-data: the arguments are made for Megatron-LM 0.20.0" in table_note(small)
     # the same arguments a 0.20.0 checkout gets, translations included
     for tag in ("gpu-small", "llama3-8b"):
-        release = _point(tag, Checkout(Path("/x"), "0.20.0", None))
-        assert _point(tag, None).train == release.train
-    llama = _point("llama3-8b", None)
+        release = megatron_point(tag, Checkout(Path("/x"), "0.20.0", None))
+        assert megatron_point(tag, None).train == release.train
+    llama = megatron_point("llama3-8b", None)
     assert llama.train["attention-backend"] == "flash" and llama.megatron_lm["translated"] == ["use-flash-attn"]
     assert "0.4.0rc0 has no --mock-data, --rotary-base: the arguments" in table_note(llama)  # not the new spelling
     with pytest.raises(SpecError, match=r"no kept version takes these flags: 0.4.0rc0, 0.20.0; set MEGATRON_LM_REPO\)"
