@@ -20,6 +20,7 @@ from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args
 from nlp_bench.spec.megatron.checkout import Checkout, read_checkout
+from nlp_bench.spec.megatron.tables import read_table, table_for
 
 
 def _world_size(point) -> int:
@@ -211,3 +212,15 @@ def test_the_one_gpu_tag_runs_megatron_lm_without_apex_or_transformer_engine(unp
     done = _own_check(snapshot, point, argv)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1])["world_size"] == 1
+
+
+def test_the_kept_flag_tables_are_what_the_snapshots_own_parsers_define(snapshot, tmp_path):
+    checkout = read_checkout(snapshot)
+    missing = [m for m in ("torch", *NEEDS[checkout.version]) if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"Megatron-LM {checkout.version}'s parser needs {', '.join(missing)}")
+    from nlp_bench.app.megatron_flags import write_flag_table
+
+    kept = table_for(checkout.version)[0]
+    fresh = read_table(write_flag_table(snapshot, None, kept.commit, None, tmp_path))
+    assert fresh.version == kept.version == checkout.version and fresh.flags == kept.flags

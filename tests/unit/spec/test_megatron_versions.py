@@ -1,22 +1,20 @@
 """Megatron-LM versions in-process: the flag tables, the translations of reference flags a later version
 removed or renamed and of defaults it changed, the tag made for a version without a checkout, and the model
-FLOPs against the snapshot's own function (the snapshots unpacked, where they lie: docs/testing.md). One
-test leaves the process: the kept flag tables are compared with what each snapshot's own parser writes."""
+FLOPs against the snapshot's own function (the snapshots unpacked, where they lie: docs/testing.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from megatron_snapshots import NEEDS, megatron_point
+from megatron_snapshots import megatron_point
 
 from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
 from nlp_bench.launch.script_args import jobscript_args
 from nlp_bench.spec.benchmark import load_benchmark
-from nlp_bench.spec.megatron.checkout import Checkout, read_checkout
+from nlp_bench.spec.megatron.checkout import Checkout
 from nlp_bench.spec.megatron.tables import known_tables, read_table, table_for
 from nlp_bench.spec.megatron.target import for_megatron
 from nlp_bench.spec.megatron.translations import (
@@ -28,17 +26,6 @@ from nlp_bench.spec.megatron.translations import (
 )
 from nlp_bench.spec.rules import load_rules, parse_argv
 
-
-def test_the_kept_flag_tables_are_what_the_snapshots_own_parsers_define(snapshot, tmp_path):
-    checkout = read_checkout(snapshot)
-    missing = [m for m in ("torch", *NEEDS[checkout.version]) if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"Megatron-LM {checkout.version}'s parser needs {', '.join(missing)}")
-    from nlp_bench.app.megatron_flags import write_flag_table
-
-    kept = table_for(checkout.version)[0]
-    fresh = read_table(write_flag_table(snapshot, None, kept.commit, None, tmp_path))
-    assert fresh.version == kept.version == checkout.version and fresh.flags == kept.flags
 
 def test_an_unknown_version_takes_the_nearest_table_and_says_so():
     assert [t.version for t in known_tables()] == ["0.4.0rc0", "0.20.0"]
