@@ -14,6 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
+# pytest-xdist gives its workers COLUMNS=80 and LINES=24 (its own console's size); a bench a test starts must
+# see what a script sees (no terminal, every column of a table), as in a run without workers
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 DATA = Path(__file__).resolve().parent / "data"
 #: the performance scripts a GPU session runs (benchmark/perf), which some tests run or import on CPU
 PERF = ROOT / "benchmark" / "perf"
@@ -183,13 +188,14 @@ def job(folder: Path):
     return PointDir(folder).attempt()
 
 
-#: markers of the tests that share a machine-wide service (the one Slurm cluster, JUBE's): one worker runs them all
-_ONE_WORKER = ("slurm", "faults", "jube")
+#: the marker of the tests that share the machine's one Slurm cluster: one worker runs them all
+_ONE_WORKER = ("slurm",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist's loadgroup, the tests that share the Slurm cluster on this machine run on one worker
-    (two clusters would clash on its ports and folders); the rest spread over the workers."""
+    """With pytest-xdist's loadgroup, the tests that share the Slurm cluster on this machine (marked slurm, or
+    taking the slurm_cluster fixture, as the faults injected into the controller do) run on one worker: two
+    clusters would clash on its ports and folders. The rest spread over the workers."""
     for item in items:
         if any(item.get_closest_marker(m) for m in _ONE_WORKER) or "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("machine"))
