@@ -1,6 +1,7 @@
 """The Slurm executor and `bench` against a real Slurm (two emulated nodes, fake GPUs) that the tests'
 own fixture starts: submission, states, failure classes, the watchdog, cancel and resume."""
 
+import contextlib
 import json
 import os
 import re
@@ -131,8 +132,10 @@ def _csv_rows(text: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_smoke_benchmark_across_both_nodes(slurm_cluster, tmp_path):
-    """sbatch -> srun (one task per node) -> torchrun (c10d store on the first node) -> 4 trainer ranks."""
+def test_smoke_benchmark_across_both_nodes(slurm_cluster, site, tmp_path):
+    """sbatch -> srun (one task per node) -> torchrun (c10d store on the first node) -> 4 trainer ranks (10
+    iterations: the launch is what is checked)."""
+    shorten(site, "smoke", 10)
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", "--wait", cwd=tmp_path)
     folder = next(tmp_path.glob("results/nlp/*/*/"))
     assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "job.err").read_text()[-3000:]
@@ -142,10 +145,10 @@ def test_smoke_benchmark_across_both_nodes(slurm_cluster, tmp_path):
     shown = subprocess.run(["scontrol", "show", "job", job(folder).job_id], capture_output=True, text=True).stdout
     assert "TresPerNode=gres:gpu:2" in shown, shown  # the fake GPUs were allocated as a GPU job's would be
     status = run_bench("status", cwd=tmp_path)
-    assert status.returncode == 0 and "COMPLETED" in status.stdout and "40/40" in status.stdout, status.stdout
+    assert status.returncode == 0 and "COMPLETED" in status.stdout and "10/10" in status.stdout, status.stdout
     row, = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)
     assert row["system"] == "local-slurm" and row["queue"] == "debug" and float(row["Tokens/sec"]) > 0
-    assert (row["Nodes"], row["Tensor_Parallel"], row["DP"], row["Iterations"]) == ("2", "2", "2", "40")
+    assert (row["Nodes"], row["Tensor_Parallel"], row["DP"], row["Iterations"]) == ("2", "2", "2", "10")
 
 
 @pytest.mark.slow
@@ -166,7 +169,7 @@ def test_smoke_sweep_runs_every_point(slurm_cluster, tmp_path):
 
 
 def test_status_and_cancel_of_a_running_job(slurm_cluster, tmp_path):
-    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
+    proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", "--nodes", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     run_id = next(tmp_path.glob("results/nlp/*")).name
     log = next(tmp_path.glob("results/nlp/*/*/")) / "job.out"
@@ -185,7 +188,7 @@ def test_status_and_cancel_of_a_running_job(slurm_cluster, tmp_path):
 
 
 def test_resume_runs_only_what_did_not_complete(slurm_cluster, tmp_path):
-    (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {tp: [1, 2]}\n"
+    (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {nodes: [1], tp: [1, 2]}\n"
                                      "train: {train-iters: 6, lr-warmup-iters: 2, log-interval: 2, eval-iters: 0}\n")
     dry = run_bench("sweep", "g.yaml", "--system", "local-slurm", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
@@ -244,9 +247,11 @@ def _trainer_ranks(job_id: str, local_rank: int) -> list[int]:
 
 @pytest.mark.slow
 def test_failures_are_classified_and_resume_reruns_only_them(slurm_cluster, tmp_path):
-    """One sweep, four points: one completes, one outlives a 1-minute limit, one hangs (a rank is stopped)
-    and the watchdog ends it, one is cancelled. Each ends in its own state and class, the completed
-    result is untouched, and --resume resubmits exactly the three others."""
+    """One sweep, four points: one completes, one outlives a 1-minute limit (its ranks stopped once they
+    train, and its watchdog off, so that it waits for the limit without using the CPUs), one hangs (a rank
+    is stopped) and the watchdog ends it, one is cancelled. Each ends in its own state and class, the
+    completed result is untouched, and --resume resubmits exactly the three others. The cluster runs two of
+    these jobs at once: each point is acted on as soon as it trains."""
     (tmp_path / "g.yaml").write_text("tag: smoke\nmatrix: {nodes: [1], tp: [1, 2], mbs: [1, 2]}\n"
                                      "train: {train-iters: 100000, log-interval: 1, eval-iters: 0}\n")
     dry = run_bench("sweep", "g.yaml", "--system", "local-slurm", "--hang-timeout", "30", "--dry-run", cwd=tmp_path)
@@ -254,18 +259,24 @@ def test_failures_are_classified_and_resume_reruns_only_them(slurm_cluster, tmp_
     run_dir = next(tmp_path.glob("results/nlp/*"))
     good, timeout, hung, cancelled = sorted(p for p in run_dir.iterdir() if p.is_dir())
     for folder, old, new in ((good, "--train-iters 100000", "--train-iters 6"),
-                             (timeout, "#SBATCH --time=00:10:00", "#SBATCH --time=00:01:00")):
+                             (timeout, "#SBATCH --time=00:10:00", "#SBATCH --time=00:01:00"),
+                             (timeout, "NLP_BENCH_HANG_TIMEOUT:-30}", "NLP_BENCH_HANG_TIMEOUT:-0}")):
         script = folder / "jobscript.sbatch"
         assert old in script.read_text()
         script.write_text(script.read_text().replace(old, new))
 
     submitted = run_bench("sweep", "--resume", run_dir.name, cwd=tmp_path)
     assert submitted.returncode == 0 and "4 point(s) to run again" in submitted.stdout, submitted.stdout
-    _wait_for(lambda: _iterating(hung) and _iterating(cancelled), "the hang and cancel points to train")
-    hung_job = job(hung).job_id
-    stopped = _trainer_ranks(hung_job, local_rank=1)
+    _wait_for(lambda: _iterating(timeout), "the time-limit point to train")
+    idle = _trainer_ranks(job(timeout).job_id, local_rank=0) + _trainer_ranks(job(timeout).job_id, local_rank=1)
+    assert len(idle) == 2, idle
+    for pid in idle:
+        os.kill(pid, signal.SIGSTOP)
+    _wait_for(lambda: _iterating(hung), "the hang point to train")
+    stopped = _trainer_ranks(job(hung).job_id, local_rank=1)
     assert len(stopped) == 1, stopped
     os.kill(stopped[0], signal.SIGSTOP)  # the other rank now waits for it forever, as in a real hang
+    _wait_for(lambda: _iterating(cancelled), "the cancel point to train")
     cancel = run_bench("cancel", run_dir.name, cancelled.name, cwd=tmp_path)
     assert cancel.returncode == 0 and ": cancelled (jobs " in cancel.stdout, cancel.stdout + cancel.stderr
 
@@ -308,6 +319,10 @@ def test_a_node_whose_slurmd_dies_ends_the_job_node_fail(slurm_cluster, tmp_path
     run_id = next(tmp_path.glob("results/nlp/*")).name
     folder = next(tmp_path.glob("results/nlp/*/*/"))
     _wait_for(lambda: _iterating(folder), "the job to train")
+    ranks = [pid for rank in (0, 1) for pid in _trainer_ranks(job(folder).job_id, local_rank=rank)]
+    assert len(ranks) == 4, ranks
+    for pid in ranks:  # a job that runs, not one that trains: the CPUs stay free while the controller notices
+        os.kill(pid, signal.SIGSTOP)
     try:
         slurm_lab.kill_slurmd("node2")
         _wait_for(lambda: "NODE_FAIL" in run_bench("status", run_id, cwd=tmp_path).stdout,
@@ -319,6 +334,9 @@ def test_a_node_whose_slurmd_dies_ends_the_job_node_fail(slurm_cluster, tmp_path
     again = run_bench("sweep", "--resume", run_id, cwd=tmp_path)
     assert "1 point(s) to run again" in again.stdout, again.stdout + again.stderr
     run_bench("cancel", run_id, cwd=tmp_path)
+    for pid in ranks:  # what the dead node's steps left behind
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -356,17 +374,18 @@ def test_compile_then_run_chain(slurm_cluster, tmp_path, monkeypatch):
     assert times(state.job_id)["StartTime"] >= times(state.chain_job_ids[0])["EndTime"]
 
 
-def test_megatron_lm_stand_in_through_slurm_beside_the_builtin_trainer(slurm_cluster, tmp_path, monkeypatch):
+def test_megatron_lm_stand_in_through_slurm_beside_the_builtin_trainer(slurm_cluster, site, tmp_path, monkeypatch):
     """`--trainer megatron-lm` runs pretrain_gpt.py (the tests' stand-in, which refuses any flag Megatron-LM
     lacks) under the same sbatch/srun/torchrun launch; its Megatron-format log becomes a COMPLETED row, and a
     grid with a trainer axis puts it beside the built-in trainer as a ratio."""
     monkeypatch.setenv("MEGATRON_LM_REPO", str(ROOT / "tests" / "fixtures" / "megatron_lm"))
+    shorten(site, "smoke", 10)
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", "--trainer", "megatron-lm", "--wait",
                      cwd=tmp_path)
     folder = next(tmp_path.glob("results/nlp/*/*_megatron-lm/"))
     assert proc.returncode == 0, proc.stdout + proc.stderr + (folder / "job.err").read_text()[-3000:]
     row, = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)
-    assert (row["state"], row["trainer"], row["Iterations"]) == ("COMPLETED", "megatron-lm", "40")
+    assert (row["state"], row["trainer"], row["Iterations"]) == ("COMPLETED", "megatron-lm", "10")
     assert row["trainer_version"] == "0.20.0"  # the stand-in's claim; it lies inside nlp-bench's repository
     assert float(row["Tokens/sec"]) > 0
     assert "--mock-data" in (folder / "train.args").read_text().splitlines()
