@@ -133,7 +133,7 @@ def test_a_cancel_after_the_job_ended_records_how_it_ended(tmp_path, leaving_sit
 
 
 #: the stand-in torchrun: once the watchdog sleeps between its looks (a `sleep` in the job's session), one
-#: iteration line, and the training ends
+#: iteration line, and the training ends (or, with TORCHRUN_STAYS set, stays, its pid in torchrun.pid)
 TORCHRUN = """#!{python}
 import os, pathlib, time
 def watchdog_sleeps():
@@ -148,30 +148,55 @@ until = time.monotonic() + 20
 while not watchdog_sleeps() and time.monotonic() < until:
     time.sleep(0.02)
 print("[default0]: iteration 1/ 1 | lm loss: 1.0E+01 |", flush=True)
+if os.environ.get("TORCHRUN_STAYS"):
+    pathlib.Path("torchrun.pid.tmp").write_text(str(os.getpid()))
+    os.rename("torchrun.pid.tmp", "torchrun.pid")
+    time.sleep(120)
 """
 
 
-def test_the_jobscript_watchdog_ends_with_its_job(tmp_path):
-    """The real jobscript, its training a stand-in torchrun that logs one iteration and exits once the
-    watchdog sleeps: when the script has ended, nothing of it (the watchdog, its `sleep`) is left in its
-    session, and it did not wait for the watchdog's next look."""
+def _real_job(tmp_path: Path, **env: str) -> tuple[Path, subprocess.Popen]:
+    """The smoke point's real jobscript, started as the local executor starts it (its own session) with the
+    stand-in torchrun."""
     assert run_bench("run", "--tag", "smoke", "--dry-run", cwd=tmp_path).returncode == 0
     folder = next(tmp_path.glob("results/nlp/*/*/jobscript.sbatch")).parent
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "torchrun").write_text(TORCHRUN.format(python=sys.executable))
     (tools / "torchrun").chmod(0o755)
-    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("NLP_BENCH_HANG_TIMEOUT", None)  # the template's own: a step of 10 s between looks
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}", **env}
     with (folder / "job.out").open("wb") as out:
-        script = subprocess.Popen(["bash", "jobscript.sbatch"], cwd=folder, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return folder, subprocess.Popen(["bash", "jobscript.sbatch"], cwd=folder, env=env, stdout=out,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_the_jobscript_watchdog_ends_with_its_job(tmp_path, monkeypatch):
+    """The real jobscript, its training a stand-in torchrun that logs one iteration and exits once the
+    watchdog sleeps: when the script has ended, nothing of it (the watchdog, its `sleep`) is left in its
+    session, and it did not wait for the watchdog's next look."""
+    monkeypatch.delenv("NLP_BENCH_HANG_TIMEOUT", raising=False)  # the template's own: 10 s between looks
+    folder, script = _real_job(tmp_path)
     began = time.monotonic()
     try:
         assert script.wait(timeout=30) == 0, (folder / "job.out").read_text()
         assert time.monotonic() - began < 8, "the script waited for its watchdog's step"
         assert "training exited with code 0" in (folder / "job.out").read_text()
         assert _session(script.pid) == [], "the watchdog (or its sleep) outlived its job"
+    finally:
+        for pid in _session(script.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_the_jobscript_watchdog_ends_once_its_job_shell_is_killed(tmp_path):
+    """The job's shell SIGKILLed (an OOM killer) with its training: the watchdog, which no TERM reaches,
+    sees its shell gone at its next look and ends."""
+    folder, script = _real_job(tmp_path, NLP_BENCH_HANG_TIMEOUT="30", TORCHRUN_STAYS="1")  # a look a second
+    try:
+        until(lambda: (folder / "torchrun.pid").is_file(), "the training to run", timeout=30)
+        os.kill(int((folder / "torchrun.pid").read_text()), signal.SIGKILL)
+        os.kill(script.pid, signal.SIGKILL)
+        script.wait(timeout=10)
+        until(lambda: _session(script.pid) == [], "the watchdog to end", timeout=10)
     finally:
         for pid in _session(script.pid):
             os.kill(pid, signal.SIGKILL)
