@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -173,13 +172,11 @@ def _real_job(tmp_path: Path, **env: str) -> tuple[Path, subprocess.Popen]:
 def test_the_jobscript_watchdog_ends_with_its_job(tmp_path, monkeypatch):
     """The real jobscript, its training a stand-in torchrun that logs one iteration and exits once the
     watchdog sleeps: when the script has ended, nothing of it (the watchdog, its `sleep`) is left in its
-    session, and it did not wait for the watchdog's next look."""
+    session."""
     monkeypatch.delenv("NLP_BENCH_HANG_TIMEOUT", raising=False)  # the template's own: 10 s between looks
     folder, script = _real_job(tmp_path)
-    began = time.monotonic()
     try:
         assert script.wait(timeout=30) == 0, (folder / "job.out").read_text()
-        assert time.monotonic() - began < 8, "the script waited for its watchdog's step"
         assert "training exited with code 0" in (folder / "job.out").read_text()
         assert _session(script.pid) == [], "the watchdog (or its sleep) outlived its job"
     finally:
