@@ -91,12 +91,13 @@ def run_here(executor: Executor, folder: Path, point: PointRecord, after: tuple[
 
 @contextlib.contextmanager
 def alone(lock: Path, name: str) -> Iterator[None]:
-    """Hold the results folder's local-job lock, saying so when another bench's job has it first."""
+    """Hold the results folder's local-job lock, saying so when another job has it first. The job started in
+    the block holds it too, to its end: a bench killed while its job runs leaves the lock with the job."""
     try:
-        with locks.hold(lock, f"the local jobs of {lock.parent}"):
+        with locks.hold(lock, f"the local jobs of {lock.parent}", for_jobs=True):
             yield
             return
     except locks.Busy as exc:
         say(f"  {name}: waiting, {exc}")
-    with locks.hold(lock, f"the local jobs of {lock.parent}", wait=True):
+    with locks.hold(lock, f"the local jobs of {lock.parent}", wait=True, for_jobs=True):
         yield

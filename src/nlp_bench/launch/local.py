@@ -135,13 +135,16 @@ class LocalExecutor:
             try:
                 with (point.path / JOB_OUT).open("wb") as out, (point.path / JOB_ERR).open("wb") as err:
                     # `exec` keeps one process: the job id (the shell's pid) is also the pid to watch and signal
+                    # and it inherits the locks held for it (the results folder's): they end with it, not with bench
                     proc = subprocess.Popen(["bash", "-c", command], cwd=point.path, env=env, stdout=out, stderr=err,
-                                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=hearing)
+                                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=hearing,
+                                            pass_fds=locks.for_jobs())
             except OSError as exc:
                 point.update(states.NOT_SUBMITTED, failure_detail=f"could not start bash: {exc.strerror}")
                 raise LaunchError(f"cannot start the job of {point.path}: {exc.strerror}") from None
             job_id = str(proc.pid)
             self._children[job_id] = proc
+            locks.passed_on(f"local job {job_id} in {point.path}")
             point.update(states.RUNNING, job_id=job_id, chain_job_ids=[job_id] * len(chain),
                          process=identity(proc.pid), started=begun.submitted, times_from="bench")
         return job_id
@@ -196,7 +199,9 @@ class LocalExecutor:
     def cancel(self, point_dir: Path) -> Cancelled:
         """SIGTERM to the whole job, SIGKILL to what outlives a grace period. The job's processes are its
         session's and their descendants, each known by its id and start time, and only while the job's own
-        process is the one recorded: nothing is signalled that could be another process."""
+        process is the one recorded: nothing is signalled that could be another process. Whether the job
+        still runs is its own process's answer alone: a job that ended is recorded as its exit line says,
+        never as cancelled, whatever it left behind in its session."""
         point = PointDir(point_dir)
         attempt = point.attempt()
         if attempt is None or attempt.state in states.SETTLED:
@@ -204,20 +209,45 @@ class LocalExecutor:
         if attempt.job_id is None:
             return Cancelled(False, "its job is being started right now; cancel again in a moment")
         pid = int(attempt.job_id)
-        alive = _same_process(attempt.process or {"pid": pid})
+        process = attempt.process or {"pid": pid}
+        alive = _same_process(process)
         if alive is None:
-            where = (attempt.process or {}).get("host")
+            where = process.get("host")
             if where and where != socket.gethostname():
                 return Cancelled(False, f"job {pid} runs on {where}: cancel it there")
             return Cancelled(False, f"job {pid} was recorded without its start time (by an older bench), so it "
                                     "cannot be told from a process that reused its id; stop it by hand")
-        if alive is False and (_stat(pid) is not None or not _session(pid)):
-            # ended on its own; where the id now names another process, the job's session is gone too (an id
-            # is not reused while its session lives), so nothing is signalled
-            self.poll(point_dir)
-            return Cancelled(True, f"job {pid} had already ended ({point.attempt().state})")
+        if alive is False:
+            return self._ended(point_dir, pid, process)
         # recorded first: the bench that waits for this job may see it end before this cancel can say why
         point.update(number=attempt.number, cancel_requested=now_iso())
+        tree = self._stop(pid, attempt.job_id)
+        finish(point_dir, states.CANCELLED, None, number=attempt.number, finished=datetime.now(timezone.utc),
+               times_from="bench")
+        if tree:
+            return Cancelled(False, f"processes {sorted(tree)} of job {pid} outlived SIGKILL")
+        return Cancelled(True, f"job {pid} ended")
+
+    def _ended(self, point_dir: Path, pid: int, process: dict[str, object]) -> Cancelled:
+        """A job that ended on its own: its end recorded (from its exit line), and what it left in its session
+        (a stray child of its shell) stopped, as long as its id is free or its own zombie in this boot: an id
+        is not given again while its session lives, so the session's members are then the job's."""
+        state = self.poll(point_dir)
+        said = f"job {pid} had already ended ({state})"
+        same_boot = process.get("boot_id") in (None, _boot_id())
+        if not same_boot or _start_ticks(pid) not in (None, process.get("start_ticks")):
+            return Cancelled(True, said)
+        left = sorted(p for p, start in _process_tree(pid).items() if _alive(p, start))
+        if not left:
+            return Cancelled(True, said)
+        outlived = self._stop(pid, str(pid))
+        if outlived:
+            return Cancelled(False, f"{said}; processes {sorted(outlived)} it left behind outlived SIGKILL")
+        return Cancelled(True, f"{said}; stopped what it left running in its session (processes {left})")
+
+    def _stop(self, pid: int, job_id: str) -> dict[int, int]:
+        """SIGTERM, then SIGKILL after the grace period, to job `pid`'s session and descendants; those that
+        outlived both."""
         tree = _process_tree(pid)
         for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
             for target, start in tree.items():
@@ -226,7 +256,7 @@ class LocalExecutor:
                         os.kill(target, sig)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline:
-                child = self._children.get(attempt.job_id)
+                child = self._children.get(job_id)
                 if child is not None:
                     child.poll()  # reap the job's shell so it does not linger as a zombie
                 tree = {p: t for p, t in {**tree, **_process_tree(pid)}.items() if _alive(p, t)}
@@ -235,12 +265,8 @@ class LocalExecutor:
                 time.sleep(0.1)
             if not tree:
                 break
-        self._children.pop(attempt.job_id, None)
-        finish(point_dir, states.CANCELLED, None, number=attempt.number, finished=datetime.now(timezone.utc),
-               times_from="bench")
-        if tree:
-            return Cancelled(False, f"processes {sorted(tree)} of job {pid} outlived SIGKILL")
-        return Cancelled(True, f"job {pid} ended")
+        self._children.pop(job_id, None)
+        return tree
 
 
 def _written_pid(point: PointDir) -> int | None:
@@ -262,16 +288,6 @@ def _runs_in(pid: int, folder: Path) -> bool:
 def _start_ticks(pid: int) -> int | None:
     fields = _stat(pid)
     return int(fields[19]) if fields else None
-
-
-def _session(sid: int) -> set[int]:
-    """The processes of session `sid` (the job's shell started it: start_new_session)."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        fields = _stat(int(stat.parent.name))
-        if fields and int(fields[3]) == sid:
-            found.add(int(stat.parent.name))
-    return found
 
 
 def _process_tree(root: int) -> dict[int, int]:
