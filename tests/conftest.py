@@ -4,6 +4,7 @@ restored, Triton's interpreter, the point.json reads counted."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -247,3 +248,43 @@ def until(predicate, what: str, timeout: float = 120.0) -> None:
 def started(folder: Path, times: int = 1) -> bool:
     pids = folder / "ran.pids"
     return pids.is_file() and len(pids.read_text().split()) >= times
+
+
+def one_line(proc: subprocess.CompletedProcess | tuple, *needles: str) -> str:
+    """The single `bench: error:` line of a refused command (exit 2, no traceback), checked for needles. A
+    progress bar that ran before the error may stand above it."""
+    code, err = (proc.returncode, proc.stderr) if isinstance(proc, subprocess.CompletedProcess) else proc
+    assert code == 2 and "Traceback" not in err, err
+    lines = [line for line in err.strip().splitlines() if line.startswith("bench: ")]
+    assert len(lines) == 1 and lines[0].startswith("bench: error: "), err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# --- full and read-only file systems -----------------------------------------------------------------
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str):
+    """A small file system of its own at `path` (root only); skipped with the reason where it cannot be made."""
+    path.mkdir(parents=True, exist_ok=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({made.stderr.strip() or 'mount failed'}); run as root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(folder: Path) -> Path:
+    """Fill the file system that holds `folder` to the last byte."""
+    filler = folder / "filler"
+    with filler.open("wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while True:
+            fh.write(b"\0" * 4096)
+    with contextlib.suppress(OSError):
+        for n in range(1000):  # the odd inode or page left: take them too
+            (folder / f"filler{n}").write_bytes(b"\0" * 512)
+    return filler

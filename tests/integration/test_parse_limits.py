@@ -48,8 +48,8 @@ CRAFTED = textwrap.dedent('''
         parsed = parsers.parse(text)
         alone = [parsers._read([text], [parser], limit=len(text)) for parser in parsers.FORMATS.names()]  # no limit
         found[name] = [[r.iteration for r in parsed.records], parsed.skipped_long_lines,
-                       [[r.iteration for r in scans[0].result()[0]] for scans, _ in alone],
-                       sum(skipped for _, skipped in alone)]
+                       [[r.iteration for r in scans[0].result()[0]] for scans, _, _ in alone],
+                       sum(skipped for _, skipped, _ in alone)]
     print(json.dumps(found))
 ''')
 

@@ -12,7 +12,9 @@ A job.out is written by programs that can print anything, so reading one must co
 its size and memory in proportion to its records, whatever it holds. A log is read in chunks and cut into
 lines at `\n` and at `\r` (a progress bar's redraw is a line of its own; a carriage return ends a Megatron
 line as it ends what the terminal shows); a line longer than MAX_LINE characters is skipped and counted,
-and never held whole: no training stack prints one.
+and never held whole: no training stack prints one. A run of NUL bytes ends a line too, and is counted: it
+is a hole in the file (a log truncated while its writer went on, a crash before the data reached the disk),
+and glued to the line after it, it would make that line too long to read.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -57,6 +60,26 @@ def _collector_paused():
 
 #: whole lines of a log: text[start:end], which ends with a line break (a view, to copy no text)
 _Span = tuple[str, int, int]
+_NULS = re.compile("\x00+")
+
+
+class _Holes:
+    """Runs of NUL bytes in text fed in pieces, each made one line break and counted once, even where it
+    spans pieces."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self._open = False  # the last piece ended inside a run
+
+    def fill(self, text: str) -> str:
+        if "\x00" not in text:
+            self._open = False
+            return text
+        continued = self._open and text[0] == "\x00"
+        self._open = text[-1] == "\x00"
+        text, runs = _NULS.subn("\n", text)
+        self.runs += runs - continued
+        return text
 
 
 class _Lines:
@@ -137,6 +160,22 @@ class _Lines:
         return spans
 
 
+class LineFeed:
+    """The lines of a text fed in pieces, cut as a parse cuts them (at `\n`, at `\r` and at runs of NULs; a
+    line longer than `limit` skipped): what follows a growing job.out holds no more of it than one line."""
+
+    def __init__(self, limit: int = MAX_LINE) -> None:
+        self.lines, self.holes = _Lines(limit), _Holes()
+
+    def spans(self, piece: str) -> list[_Span]:
+        """The whole lines this piece completes, as spans."""
+        return self.lines.feed(self.holes.fill(piece).replace("\r", "\n"))
+
+    def feed(self, piece: str) -> list[str]:
+        """The whole lines this piece completes, without their line breaks."""
+        return [line for text, start, end in self.spans(piece) for line in text[start:end - 1].split("\n")]
+
+
 def _text_pieces(text: str, size: int) -> Iterator[str]:
     for start in range(0, len(text), size):
         yield text[start:start + size]
@@ -167,6 +206,18 @@ class Parsed:
     skipped_long_lines: int = 0
     #: what the format recognised but could not read: {reason: lines}
     warnings: dict[str, int] = field(default_factory=dict)
+    #: runs of NUL bytes (holes in the file), each read as a line break
+    nul_runs: int = 0
+
+    def notes(self) -> list[str]:
+        """Each kind of line that was not read, or was read only in part, in one line: what `bench parse`
+        says, and the table and status beside the figures the lines are missing from."""
+        found = [f"skipped {self.skipped_long_lines:,} line(s) longer than {MAX_LINE:,} characters (no training "
+                 "stack prints one; not read)"] if self.skipped_long_lines else []
+        if self.nul_runs:
+            found.append(f"{self.nul_runs:,} run(s) of NUL bytes, a hole in the file where what was written is "
+                         "lost (read as line breaks)")
+        return found + [f"{reason} ({times:,}x)" for reason, times in self.warnings.items()]
 
 
 def _parsers(fmt: str | None) -> list[str]:
@@ -175,39 +226,38 @@ def _parsers(fmt: str | None) -> list[str]:
     return FORMATS.names() if fmt is None else [FORMATS.resolve(fmt)]
 
 
-def _read(pieces: Iterable[str], names: list[str], limit: int | None = None) -> tuple[list, int]:
-    """The named parsers' scans of a text given in pieces, all fed in one pass, and the count of lines
-    skipped for being longer than `limit` (default MAX_LINE)."""
+def _read(pieces: Iterable[str], names: list[str], limit: int | None = None) -> tuple[list, int, int]:
+    """The named parsers' scans of a text given in pieces, all fed in one pass, the count of lines
+    skipped for being longer than `limit` (default MAX_LINE) and that of the runs of NUL bytes."""
     scans = [FORMATS.get(name)() for name in names]
-    lines = _Lines(MAX_LINE if limit is None else limit)
+    feed = LineFeed(MAX_LINE if limit is None else limit)
     feeding = scans
     for piece in pieces:
-        for text, start, end in lines.feed(piece.replace("\r", "\n")):
+        for text, start, end in feed.spans(piece):
             for scan in feeding:
                 scan.feed(text, start, end)
             # detection takes the first format with records: those after it cannot win, and need not read on
             winner = next((k for k, scan in enumerate(feeding) if scan.found()), len(feeding))
             feeding = feeding[:winner + 1]
-    torn = lines.finish()
+    torn = feed.lines.finish()
     if torn:
         for scan in feeding:
             scan.finish(torn)
-    return scans, lines.skipped
+    return scans, feed.lines.skipped, feed.holes.runs
 
 
-def _result(scans: list, skipped: int, fmt: str | None) -> Parsed:
+def _result(scans: list, skipped: int, nul_runs: int, fmt: str | None) -> Parsed:
     """The first scan with records (detection order), or NoRecords."""
     for scan in scans:
         records, found = scan.result()
         if records:
             name = found if fmt is None or fmt in FORMATS.names() else fmt
-            return Parsed(name, records, skipped, dict(scan.warnings))
-    note = f"; skipped {skipped:,} line(s) longer than {MAX_LINE:,} characters" if skipped else ""
+            return Parsed(name, records, skipped, dict(scan.warnings), nul_runs)
     heard = Warnings()
     for scan in scans:
         heard.update(scan.warnings)
-    if heard:
-        note += "; " + "; ".join(f"{lines:,} {reason}" for reason, lines in heard.most_common(3))
+    unread = Parsed(None, [], skipped, dict(heard.most_common(3)), nul_runs).notes()
+    note = "".join(f"; {line}" for line in unread)
     if fmt is not None:
         raise NoRecords(f"no {fmt} iteration records in the log{note}")
     raise NoRecords("no iteration records in the log (formats tried: " + ", ".join(FORMATS.names()) + ")" + note)
@@ -269,8 +319,8 @@ def _read_range(task: tuple[str, int, int, list[str], int]) -> tuple:
     path, start, end, names, chunk_bytes = task
     with _opened(Path(path)) as fh:
         fh.seek(start)
-        scans, skipped = _read(_file_pieces(fh, chunk_bytes, end), names)
-    return [scan.part() for scan in scans], skipped
+        scans, skipped, holes = _read(_file_pieces(fh, chunk_bytes, end), names)
+    return [scan.part() for scan in scans], skipped, holes
 
 
 def _cuts(path: Path, size: int, workers: int) -> list[int]:
@@ -288,7 +338,7 @@ def _cuts(path: Path, size: int, workers: int) -> list[int]:
     return cuts
 
 
-def _parallel(path: Path, names: list[str], chunk_bytes: int) -> tuple[list, int] | None:
+def _parallel(path: Path, names: list[str], chunk_bytes: int) -> tuple[list, int, int] | None:
     """The scans of a large file read in byte ranges by forked workers, merged as one pass would have left
     them (an earlier range's line comes first); None where the file is small or there is one core."""
     try:
@@ -299,14 +349,16 @@ def _parallel(path: Path, names: list[str], chunk_bytes: int) -> tuple[list, int
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return None
     cuts = _cuts(path, size, workers)
+    if len(cuts) < 3:  # no line break to cut at (a hole of NULs, one long line): one range, read here
+        return None
     with ProcessPoolExecutor(len(cuts) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
         parts = list(pool.map(_read_range, [(str(path), a, b, names, chunk_bytes)
                                             for a, b in zip(cuts, cuts[1:], strict=False)]))
     scans = [FORMATS.get(name)() for name in names]
-    for found, _ in parts:
+    for found, _, _ in parts:
         for scan, part in zip(scans, found, strict=True):
             scan.join(part)
-    return scans, sum(skipped for _, skipped in parts)
+    return scans, sum(skipped for _, skipped, _ in parts), sum(holes for _, _, holes in parts)
 
 
 @_collector_paused()
@@ -326,7 +378,12 @@ def parse_log(path: Path, fmt: str | None = None, chunk_bytes: int = CHUNK_BYTES
 
 def parse_file(path: Path) -> list[Record]:
     """All iteration records of a log file ([] when there are none)."""
+    return parsed_file(path).records
+
+
+def parsed_file(path: Path) -> Parsed:
+    """parse_log of a log file, with no records where there are none."""
     try:
-        return parse_log(path).records
+        return parse_log(path)
     except NoRecords:
-        return []
+        return Parsed(None, [])

@@ -18,7 +18,7 @@ from nlp_bench.store import states
 from nlp_bench.store.files import StoreError, naming
 from nlp_bench.store.names import JOB_OUT, JOBSCRIPT
 from nlp_bench.store.point_folder import PointDir, sha256
-from nlp_bench.store.records import PointRecord, now_iso
+from nlp_bench.store.records import Attempt, PointRecord, now_iso
 from nlp_bench.store.runs import Run
 
 #: The JUPITER JUBE result columns, then what users need beyond them.
@@ -92,6 +92,8 @@ def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None 
         "energy": _energy(point, records, log_tail, folder),
         "provenance": provenance(folder, log_tail, point),
         "xla": xla_counts(log_tail),
+        # what the parse skipped or read only in part: the figures above lack those lines
+        "unread": parsed.notes(),
         "records": [r.to_dict() for r in records],
     }
     try:
@@ -225,6 +227,8 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
             raise
         notes.append(f"{exc} (the row is shown without its prediction)")
     measured = summary.get("tokens_per_s")
+    if notes is not None:
+        notes.extend(doubts(point_dir, attempt, result.get("unread") or []))
     return {
         "system": point.system, "version": version, "queue": point.system_info.get("partition"),
         "JobID": attempt.job_id if attempt else None, "Job_Time": attempt.job_time_s() if attempt else None,
@@ -245,6 +249,14 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "XLA_Graphs/step": (result.get("xla") or {}).get("graph_executions_per_step"),
         "XLA_Compiles": (result.get("xla") or {}).get("compiles"),
     }
+
+
+def doubts(point_dir: Path, attempt: Attempt | None, unread: list[str]) -> list[str]:
+    """What makes a point's figures less than they seem, each in one line naming the file, for the table and
+    the status to say: its log's lines that were not read, a wall clock that stepped while its job ran."""
+    found = [f"{Path(point_dir) / JOB_OUT}: {line}" for line in unread]
+    step = attempt.clock_step() if attempt is not None else None
+    return [*found, f"{point_dir}: {step}"] if step else found
 
 
 def _trainer_version(point: PointRecord, folder: PointDir, version: str | None) -> str | None:

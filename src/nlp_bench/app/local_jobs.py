@@ -3,6 +3,7 @@ lines, Ctrl-C that cancels the job, and the results folder's lock that keeps two
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,24 +19,27 @@ from nlp_bench.store.records import PointRecord
 
 
 class LogFollower:
-    """Reads new complete lines of a growing job.out and keeps its iteration records."""
+    """Reads new complete lines of a growing job.out, a chunk at a time and cut as a parse cuts them (a hole
+    of NULs in a log of gigabytes is neither held nor glued to the line after it), and keeps its iteration
+    records."""
 
     def __init__(self, path: Path, figure: metrics.JubeFigure) -> None:
-        self.path, self.offset, self.partial, self.last = path, 0, "", None
+        self.path, self.offset, self.last = path, 0, None
         self.figure = figure
+        self.lines = parsers.LineFeed()
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def update(self) -> parsers.Record | None:
         """The latest record (None before the first); every new one goes into the figure."""
         if self.path.is_file():
             with self.path.open("rb") as fh:
                 fh.seek(self.offset)
-                chunk = fh.read()
-            self.offset += len(chunk)
-            lines = (self.partial + chunk.decode("utf-8", "replace")).split("\n")
-            self.partial = lines.pop()
-            for record in filter(None, (parsers.parse_line(line, terminated=True) for line in lines)):
-                self.figure.add(record)
-                self.last = record
+                for chunk in iter(lambda: fh.read(parsers.CHUNK_BYTES), b""):
+                    self.offset += len(chunk)
+                    lines = self.lines.feed(self.decoder.decode(chunk))
+                    for record in filter(None, (parsers.parse_line(line, terminated=True) for line in lines)):
+                        self.figure.add(record)
+                        self.last = record
         return self.last
 
 

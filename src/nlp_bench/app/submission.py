@@ -14,9 +14,10 @@ from typing import Any
 
 from nlp_bench.analysis.results import run_results
 from nlp_bench.errors import ResultError, SpecError
-from nlp_bench.fsio import read_json, write_json_atomic
-from nlp_bench.report.table import export, read_export
+from nlp_bench.fsio import read_json, write_json_atomic, write_text_atomic
+from nlp_bench.report.table import read_export, render
 from nlp_bench.spec.trainers import BUILTIN
+from nlp_bench.store.files import os_reason
 from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import Run
 
@@ -25,17 +26,27 @@ MANIFEST, TABLE, RULES, PROVENANCE = "manifest.json", "results.csv", "rules.json
 
 def write_submission(run: Run, out: Path) -> dict[str, Any]:
     """The bundle of `run` in the new folder `out` (written beside it, then moved in place whole)."""
-    from nlp_bench.app.rules_check import check_point
-
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ResultError(f"{out} exists and is not an empty folder; a submission bundle goes into a new one")
     results = run_results(run)
+    try:
+        _write(run, results, out)
+    except OSError as exc:  # a full disk, a read-only folder: the bundle is named, not the file inside it
+        if exc.filename is not None and not str(exc.filename).startswith((str(out), str(out.parent / f".{out.name}."))):
+            raise  # a file the bundle is made from, which the error names
+        raise ResultError(f"{out}: cannot write the submission bundle: {os_reason(exc)}") from None
+    return read_submission(out)
+
+
+def _write(run: Run, results: list, out: Path) -> None:
+    from nlp_bench.app.rules_check import check_point
+
     meta = run.record()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # beside it: the move is a rename
     try:
-        export([row for row, _ in results], "csv", tmp / TABLE)
+        write_text_atomic(tmp / TABLE, render([row for row, _ in results], "csv"))
         verdicts, software = [], []
         for listed in run.points():
             if not listed.exists():  # run.json lists it: a bundle without it is not the run
@@ -65,7 +76,6 @@ def write_submission(run: Run, out: Path) -> dict[str, Any]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return read_submission(out)
 
 
 def _software(folder: Path, point: dict[str, Any]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ class View:
                 rows.append(missing_status(point.id))
                 continue
             try:
-                rows.append(point_status(point.path))
+                rows.append(point_status(point.path, self.problems.lines))
             except BenchError as exc:
                 self.problems.add(naming(point.path, exc))
         return rows

@@ -233,12 +233,10 @@ def bench_parse(log: Path, fmt: str | None, seq_length: int | None, tokens: int,
     if as_json:
         # allow_nan=False: a NaN or Infinity is no JSON, and a figure that overflowed must fail here, loudly
         click.echo(json.dumps({"format": parsed.format, "records": records, "summary": summary,
-                               "skipped_long_lines": parsed.skipped_long_lines, "warnings": parsed.warnings},
+                               "skipped_long_lines": parsed.skipped_long_lines, "warnings": parsed.warnings,
+                               "nul_runs": parsed.nul_runs},
                               indent=2, allow_nan=False))
         return
     click.echo(render_parsed(parsed.format, records, summary), nl=False)
-    if parsed.skipped_long_lines:
-        click.echo(f"skipped {parsed.skipped_long_lines:,} line(s) longer than {parsers.MAX_LINE:,} characters "
-                   "(no training stack prints one; not read)")
-    for reason, times in parsed.warnings.items():
-        click.echo(f"warning: {reason} ({times:,}x)")
+    for note in parsed.notes():
+        click.echo(f"warning: {note}")

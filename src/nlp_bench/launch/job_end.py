@@ -35,7 +35,9 @@ def finish(point_dir: Path, state: str, exit_code: int | None, *, number: int | 
     """Record a terminal state with its failure class, for attempt `number` (default: the current one) and
     only while it has not ended: a second process that saw the same end, or a poll of an earlier attempt,
     changes nothing. The times are the scheduler's where it gave them, else the job's own log's (its first
-    and last lines); where neither knows when the job ended, the end is left unknown rather than guessed."""
+    and last lines); where neither knows when the job ended, the end is left unknown rather than guessed.
+    Where the end is the log's, the run time is also kept by the boot clock the job's lines stamp: a wall
+    clock stepped while the job ran then changes no Job_Time."""
     point = PointDir(point_dir)
     current = point.attempt()
     if current is None or current.state in states.TERMINAL:
@@ -46,13 +48,14 @@ def finish(point_dir: Path, state: str, exit_code: int | None, *, number: int | 
     if failure is not None and state == states.COMPLETED:
         state = states.FAILED
     log = Path(point_dir) / JOB_OUT
-    ended = protocol.exit_of(log)
+    ended, begun = protocol.exit_of(log), protocol.start_of(log)
+    ran_s = None
     if finished is None and ended is not None and ended.at is not None:
-        finished, times_from = ended.at, times_from or "log"
-    begun = protocol.start_of(log)
+        finished, times_from, ran_s = ended.at, times_from or "log", protocol.ran_s(begun, ended)
     if started is None and not current.started and begun is not None:
         started = begun.at
-    times: dict[str, Any] = {"finished": finished.isoformat() if finished else None, "times_from": times_from}
+    times: dict[str, Any] = {"finished": finished.isoformat() if finished else None, "times_from": times_from,
+                             "monotonic_s": ran_s}
     if started is not None:
         times["started"] = started.isoformat()
     return point.update(state, number=current.number if number is None else number, exit_code=exit_code,

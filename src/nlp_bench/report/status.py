@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench.analysis.metrics import jube_tokens_per_s
-from nlp_bench.analysis.parsers import parse_file
+from nlp_bench.analysis.parsers import Parsed, parsed_file
+from nlp_bench.analysis.results import doubts
 from nlp_bench.store import states
 from nlp_bench.store.names import JOB_OUT
 from nlp_bench.store.point_folder import PointDir
@@ -22,12 +23,16 @@ def _clock(seconds: float | None) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def point_status(point_dir: Path) -> dict[str, Any]:
-    """Where the point's current attempt stands (an earlier attempt's failure is not this one's)."""
+def point_status(point_dir: Path, notes: list[str] | None = None) -> dict[str, Any]:
+    """Where the point's current attempt stands (an earlier attempt's failure is not this one's); `notes`
+    hears what makes its figures less than they seem (lines of its log not read, a stepped clock)."""
     folder = PointDir(point_dir)
     point = folder.point()
     attempt = folder.attempt()
-    records = parse_file(point_dir / JOB_OUT) if (point_dir / JOB_OUT).is_file() else []
+    parsed = parsed_file(point_dir / JOB_OUT) if (point_dir / JOB_OUT).is_file() else Parsed(None, [])
+    records = parsed.records
+    if notes is not None:
+        notes.extend(doubts(point_dir, attempt, parsed.notes()))
     last = records[-1] if records else None
     tokens = eta = None
     if last is not None:

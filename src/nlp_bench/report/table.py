@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench.analysis.results import RESULT_COLUMNS, rows_frame
+from nlp_bench.errors import ResultError
 from nlp_bench.fsio import dumps, write_text_atomic
+from nlp_bench.store.files import os_reason
 
 #: Digits shown per column; the files keep full precision except where rounding is the published form.
 _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2, "MFU": 4, "Job_Time": 0,
@@ -235,8 +237,20 @@ SQL_TABLE = "results"
 
 
 def export(rows: list[dict[str, Any]], fmt: str, path: Path) -> None:
-    """Write the rows in one of EXPORT_FORMATS but `submission`; the file appears whole or not at all."""
+    """Write the rows in one of EXPORT_FORMATS but `submission`; the file appears whole or not at all. What
+    the disk or the database refuses (a full disk, a read-only folder) is one line naming the file: pyarrow's
+    and sqlite's errors name none."""
+    import sqlite3
+
     path = Path(path)
+    try:
+        _export(rows, fmt, path)
+    except (OSError, sqlite3.Error) as exc:
+        reason = os_reason(exc) if isinstance(exc, OSError) else str(exc)
+        raise ResultError(f"{path}: cannot write the {fmt} export: {reason}") from None
+
+
+def _export(rows: list[dict[str, Any]], fmt: str, path: Path) -> None:
     if fmt in ("csv", "json", "md"):
         write_text_atomic(path, render(rows, fmt))
         return

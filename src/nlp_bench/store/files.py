@@ -4,6 +4,7 @@ record is missing, damaged or cannot be written."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ class StoreError(ResultError):
 
 
 def os_reason(exc: OSError) -> str:
-    """The operating system's words for a failed file operation (ENOSPC: "No space left on device")."""
-    return exc.strerror or type(exc).__name__
+    """The operating system's words for a failed file operation (ENOSPC: "No space left on device"), also
+    where a library raised the error with its number only (pyarrow)."""
+    return exc.strerror or (os.strerror(exc.errno) if exc.errno else type(exc).__name__)
 
 
 def naming(path: Path, exc: Exception) -> str:

@@ -12,6 +12,10 @@ from typing import Any
 from nlp_bench.store import states
 from nlp_bench.store.files import StoreError
 
+#: seconds by which a job's wall-clock times may differ from its boot clock's run time before the difference
+#: is called a step of the wall clock (a local job's start is bench's, a moment before the job's first line)
+CLOCK_STEP_S = 5.0
+
 
 def now_iso() -> str:
     """Now, in UTC with its offset: every time the store writes is comparable with every other."""
@@ -208,6 +212,9 @@ class Attempt:
     finished: str | None = None
     #: where started/finished come from: the scheduler's accounting, the job's own log, or bench's polls
     times_from: str | None = None
+    #: the job's run time by its node's boot clock (its first and exit lines' stamps), which no step of the
+    #: wall clock moves: the run time where the times are not the scheduler's
+    monotonic_s: float | None = None
     exit_code: int | None = None
     failure_class: str | None = None
     failure_detail: str | None = None
@@ -238,7 +245,16 @@ class Attempt:
         return dataclasses.asdict(self)
 
     def elapsed_s(self, now: datetime | None = None) -> float | None:
-        """Seconds the job has run: to its end, or to `now` while it runs; None before it started."""
+        """Seconds the job has run: to its end (by the boot clock where the job stamped it), or to `now`
+        while it runs; None before it started."""
+        if self.finished and self.monotonic_s is not None:
+            return self.monotonic_s
+        wall = self._wall_s(now)
+        return None if wall is None else max(0.0, wall)
+
+    def _wall_s(self, now: datetime | None = None) -> float | None:
+        """From the start to the end (or `now`) by the wall-clock times: less than nothing where the clock
+        was stepped back."""
         start = parse_time(self.started)
         if start is None:
             return None
@@ -247,11 +263,21 @@ class Attempt:
             end = now or datetime.now(timezone.utc)
         if end is None:
             return None
-        return max(0.0, (end - start).total_seconds())
+        return (end - start).total_seconds()
 
     def job_time_s(self) -> float | None:
         """The job's run time once it has ended (the table's Job_Time)."""
         return self.elapsed_s() if self.finished else None
+
+    def clock_step(self) -> str | None:
+        """What a wall clock stepped while the job ran did to its times, said once per view, or None: the
+        job's wall-clock start and end then span more or less than its boot clock counted."""
+        wall = self._wall_s() if self.finished else None
+        if wall is None or self.monotonic_s is None or abs(wall - self.monotonic_s) <= CLOCK_STEP_S:
+            return None
+        return (f"the wall clock stepped {wall - self.monotonic_s:+.0f} s while job {self.job_id} ran (its start "
+                f"and end span {wall:.0f} s, its node's boot clock {self.monotonic_s:.0f} s): its run time is "
+                "the boot clock's")
 
 
 _TEXT = (str, type(None))
@@ -259,7 +285,8 @@ _TEXT = (str, type(None))
 _ATTEMPT_FIELDS: dict[str, tuple[type, ...]] = {
     "job_id": _TEXT, "chain_job_ids": (list,), "job_names": (list,), "process": (dict, type(None)),
     "scripts_sha256": (dict,), "submitted": _TEXT, "started": _TEXT, "finished": _TEXT, "times_from": _TEXT,
-    "exit_code": (int, type(None)), "failure_class": _TEXT, "failure_detail": _TEXT,
+    "monotonic_s": (int, float, type(None)), "exit_code": (int, type(None)), "failure_class": _TEXT,
+    "failure_detail": _TEXT,
     "consumed_energy_j": (int, float, type(None)), "unseen_since": _TEXT, "cancel_requested": _TEXT,
     "history": (list,),
 }

@@ -5,6 +5,7 @@ gives; summaries of any finite records are JSON (no NaN, no Infinity)."""
 import json
 import math
 import os
+import re
 import tempfile
 import tracemalloc
 
@@ -123,9 +124,13 @@ def test_streaming_a_file_gives_what_the_whole_text_gives(data, chunk_bytes, fmt
             streamed = None
     assert streamed == whole
 
+def _line_breaks(text: str) -> str:
+    """The text with every line end a parse knows made `\n`: `\r`, and a run of NULs (a hole in the file)."""
+    return re.sub("\x00+", "\n", text).replace("\r", "\n")
+
 def _without_long_lines(text: str, limit: int) -> tuple[str, int]:
     """The text with its lines longer than `limit` left out, and how many there were (the plain way)."""
-    lines = text.replace("\r", "\n").split("\n")
+    lines = _line_breaks(text).split("\n")
     torn = lines.pop()
     kept = [line for line in lines if len(line) <= limit]
     skipped = len(lines) - len(kept) + (len(torn) > limit)
@@ -148,15 +153,15 @@ def test_long_lines_are_left_out_wherever_the_pieces_are_cut(text, limit, cuts):
     pieces = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     short, expected_skipped = _without_long_lines(text, limit)
     names = FORMATS.names()
-    scans, skipped = parsers._read(pieces, names, limit)
-    want, _ = parsers._read([short], names, limit=len(short) + 1)
+    scans, skipped, _ = parsers._read(pieces, names, limit)
+    want, _, _ = parsers._read([short], names, limit=len(short) + 1)
     assert skipped == expected_skipped
     assert [scan.result() for scan in scans] == [scan.result() for scan in want]
 
 def _one_line_at_a_time(text: str) -> list:
     """Megatron records by their definition: each line read alone from its first "iteration" (the last one,
     without its line break, as possibly cut), the first line giving an iteration's record counting."""
-    lines = text.replace("\r", "\n").split("\n")
+    lines = _line_breaks(text).split("\n")
     torn = lines.pop()
     seen = {}
     for line, terminated in [*((line, True) for line in lines), (torn, False)]:
@@ -180,7 +185,7 @@ def test_compiled_layouts_give_each_line_its_own_record(text):
     original = megatron._NEW_LAYOUT_LINES
     megatron._NEW_LAYOUT_LINES = 0  # compile a layout at the first whole line, however short the log
     try:
-        scans, _ = parsers._read([text], ["megatron"])
+        scans, _, _ = parsers._read([text], ["megatron"])
     finally:
         megatron._NEW_LAYOUT_LINES = original
     assert scans[0].layouts, "the layout path must be the one tested"
@@ -196,7 +201,7 @@ def test_a_key_run_into_its_value_is_no_field_in_the_compiled_layout_either():
     original = megatron._NEW_LAYOUT_LINES
     megatron._NEW_LAYOUT_LINES = 0
     try:
-        scans, _ = parsers._read([text], ["megatron"])
+        scans, _, _ = parsers._read([text], ["megatron"])
     finally:
         megatron._NEW_LAYOUT_LINES = original
     assert scans[0].layouts
