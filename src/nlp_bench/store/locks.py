@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nlp_bench.errors import BenchError
-from nlp_bench.store.files import StoreError, os_reason
+from nlp_bench.store.files import Unwritable, os_reason
 
 
 class Busy(BenchError):
@@ -55,7 +55,7 @@ def _acquire(path: Path, what: str, wait: bool) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as exc:
-        raise StoreError(f"cannot lock {what} ({path}): {os_reason(exc)}") from None
+        raise Unwritable(f"cannot lock {what} ({path}): {os_reason(exc)}") from None
     try:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -63,7 +63,7 @@ def _acquire(path: Path, what: str, wait: bool) -> Iterator[None]:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
                 raise Busy(f"{what} is in use by {holder}") from None
-            raise StoreError(f"cannot lock {what} ({path}): {os_reason(exc)}; the results folder must be on a "
+            raise Unwritable(f"cannot lock {what} ({path}): {os_reason(exc)}; the results folder must be on a "
                              "file system with POSIX locks") from None
         with contextlib.suppress(OSError):  # who holds it: for the message a second process gets
             os.ftruncate(fd, 0)
