@@ -8,6 +8,7 @@ Jobs run the stand-in jobscript of test_faults.py (a gate file the test opens).
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -26,7 +27,8 @@ on_slurm = test_faults.on_slurm
 
 def test_a_read_only_store_shows_the_end_a_writer_would_record(tmp_path, stub_site, gate):
     """bench is killed while its local job runs; the job then ends, and the folder is remounted read-only
-    before anyone records it. status and the table both show COMPLETED, and say the state was not kept."""
+    before anyone records it. status, the table and a submission bundle all show COMPLETED, and say the state
+    was not kept."""
     with tmpfs(tmp_path / "ro", "8m") as mounted:
         results = mounted / "results"
         proc = start("--results-dir", str(results), "run", "--tag", "smoke", cwd=tmp_path)
@@ -42,6 +44,8 @@ def test_a_read_only_store_shows_the_end_a_writer_would_record(tmp_path, stub_si
         status = run_bench("--results-dir", str(results), "status", cwd=tmp_path, timeout=60)
         table = run_bench("--results-dir", str(results), "result", "table", "--format", "csv", cwd=tmp_path,
                           timeout=60)
+        bundle = run_bench("--results-dir", str(results), "result", "export", "--format", "submission", "-o",
+                           str(tmp_path / "bundle"), cwd=tmp_path, timeout=60)
         assert job(folder).state == "RUNNING", "nothing was written"
     said = "Read-only file system (the state COMPLETED is shown, not kept)"
     assert status.returncode == 0 and "COMPLETED" in status.stdout and "RUNNING" not in status.stdout, \
@@ -49,6 +53,10 @@ def test_a_read_only_store_shows_the_end_a_writer_would_record(tmp_path, stub_si
     assert said in status.stderr, status.stderr
     assert table.returncode == 0 and csv_rows(table.stdout)[0]["state"] == "COMPLETED", table.stdout + table.stderr
     assert said in table.stderr, table.stderr
+    assert bundle.returncode == 0 and said in bundle.stderr, bundle.stdout + bundle.stderr
+    kept = json.loads((tmp_path / "bundle" / "points" / folder.name / "state.json").read_text())
+    assert kept["state"] == "COMPLETED" and csv_rows((tmp_path / "bundle" / "results.csv").read_text())[0]["state"] \
+        == "COMPLETED", "the bundle's records and its table agree"
 
 
 #: how munge's own words begin, and what bench says of them

@@ -259,11 +259,16 @@ class PointDir:
         return self.path / SUBMITTED / name
 
     def archive(self, target: Path) -> None:
-        """Copy the point's scripts, logs and records, as they are, into `target` (a submission bundle)."""
+        """Copy the point's scripts, logs and records, as they are, into `target` (a submission bundle); its
+        state as this process shows it where it could not be written (store.unkept), as the bundle's table
+        shows it."""
         for name in ARCHIVED:
             if (self.path / name).is_file():
                 (target / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(self.path / name, target / name)
+        shown = unkept.held(self.path / STATE_JSON)
+        if shown is not None:
+            write_object(target / STATE_JSON, shown.to_dict(), durable=False)
 
 
 def sha256(body: bytes) -> str:
