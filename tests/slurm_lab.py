@@ -269,6 +269,25 @@ def accounting_stopped() -> Iterator[None]:
         _wait(lambda: _sh("sacct", "-n", "-X", "-j", "1", check=False).returncode == 0, "slurmdbd to answer")
 
 
+@contextlib.contextmanager
+def munge_stopped() -> Iterator[None]:
+    """munged stopped for the block, as on a machine whose authentication service died: every Slurm command
+    fails to make a credential (`Munge encode failed ... Protocol authentication error`). Started again after
+    it, and waited for until the controller answers and every node is usable again (a node the controller
+    could not reach meanwhile may have been set down)."""
+    pidfile = Path("/run/munge/munged.pid")
+    pid = int(pidfile.read_text())
+    os.kill(pid, signal.SIGTERM)
+    _wait(lambda: not Path(f"/proc/{pid}").exists(), "munged to stop")
+    try:
+        yield
+    finally:
+        _start_munge()
+        _wait(lambda: _sh("scontrol", "ping", check=False).returncode == 0, "slurmctld")
+        for node in NODES:
+            start_slurmd(node)
+
+
 def jobs_in(folder: Path) -> list[tuple[str, str]]:
     """(job id, state) of every job the controller knows whose working directory lies in `folder`."""
     out = _sh("squeue", "-h", "-t", "all", "-o", "%i|%T|%Z", check=False).stdout

@@ -16,6 +16,7 @@ from nlp_bench.launch.executor import Executor, executor_for, job_environment
 from nlp_bench.launch.launcher import launcher_for
 from nlp_bench.launch.slurm import SlurmExecutor
 from nlp_bench.launch.slurm_inventory import Inventory, SlurmUnavailable, read_inventory, run_command, run_on_node
+from nlp_bench.launch.slurm_said import one_line
 from nlp_bench.spec.benchmark import Point
 from nlp_bench.spec.megatron.checkout import read_checkout
 from nlp_bench.spec.megatron.target import for_megatron, table_note
@@ -209,7 +210,7 @@ def _account(system: System, allowed: str) -> Check:
         return Check("account", WARN, f"{account}: cannot check (no sacctmgr here)")
     proc = run_command(["sacctmgr", "-n", "-P", "show", "account", account, "format=Account"], 30)
     if proc.returncode != 0:
-        return Check("account", WARN, f"{account}: cannot check (sacctmgr: {proc.stderr.strip()[-120:]})")
+        return Check("account", WARN, f"{account}: cannot check (sacctmgr: {one_line(proc.stderr, 120)})")
     if account.lower() not in proc.stdout.lower().split():
         return Check("account", FAIL, f"account {account!r} of profile {system.name} does not exist in Slurm's accounting")
     return Check("account", OK, f"{account} exists")

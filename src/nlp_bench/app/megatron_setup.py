@@ -14,6 +14,7 @@ from nlp_bench.app.doctor import PLACEHOLDERS
 from nlp_bench.errors import LaunchError, SpecError
 from nlp_bench.fsio import write_text_atomic
 from nlp_bench.launch.render import render_setup_script
+from nlp_bench.launch.slurm_said import one_line, unauthenticated
 from nlp_bench.spec.megatron.translations import reference_table
 from nlp_bench.spec.systems import load_system
 
@@ -89,7 +90,9 @@ def submit_setup(job: SetupJob) -> str:
     except subprocess.TimeoutExpired:
         raise LaunchError(f"sbatch {job.script} did not answer within 120 s; is the Slurm controller up?") from None
     if done.returncode != 0:
-        said = done.stderr.strip().splitlines()
-        raise LaunchError(f"sbatch {job.script} failed: {said[-1] if said else f'exit {done.returncode}'}")
+        refused = unauthenticated(done.stderr)
+        if refused is not None:
+            raise LaunchError(f"Slurm did not answer sbatch {job.script}: {refused}")
+        raise LaunchError(f"sbatch {job.script} failed: {one_line(done.stderr) or f'exit {done.returncode}'}")
     return done.stdout.strip().split(";")[0]
 

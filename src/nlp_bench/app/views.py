@@ -11,7 +11,7 @@ from nlp_bench.analysis.results import Problems, run_results, run_rows
 from nlp_bench.errors import BenchError
 from nlp_bench.launch.refresher import Refresher
 from nlp_bench.report.status import missing_status, point_status
-from nlp_bench.store import states
+from nlp_bench.store import states, unkept
 from nlp_bench.store.files import naming
 from nlp_bench.store.runs import Run, find_run, list_runs
 
@@ -23,14 +23,19 @@ class View:
         self.problems = Problems()
 
     def refreshed(self, run: Run) -> Run:
-        """The run, with the state of every unfinished job asked of its executor first."""
+        """The run, with the state of every unfinished job asked of its executor first. A state that cannot
+        be written (a read-only results folder) is still worked out, shown by every view of this process, and
+        said not to be kept."""
         present = [point for point in run.points() if point.exists()]
         self.refresher.prefetch([point.path for point in present])
-        for point in present:
-            try:
-                self.refresher.refresh(point.path)
-            except BenchError as exc:  # a damaged record, an executor this bench does not know
-                self.problems.add(naming(point.path, exc))
+        with unkept.shown() as not_kept:
+            for point in present:
+                try:
+                    self.refresher.refresh(point.path)
+                except BenchError as exc:  # a damaged record, an executor this bench does not know
+                    self.problems.add(naming(point.path, exc))
+        for line in not_kept.values():
+            self.problems.add(line)
         return run
 
     def status_rows(self, run: Run) -> list[dict]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from nlp_bench.errors import LaunchError
 from nlp_bench.launch.executor import Cancelled, job_environment, open_attempt, register_executor
 from nlp_bench.launch.job_end import finish
+from nlp_bench.launch.slurm_said import never_sent, one_line, unauthenticated
 from nlp_bench.store import protocol, states
 from nlp_bench.store.names import JOB_OUT, JOBSCRIPT, OUTPUTS
 from nlp_bench.store.point_folder import PointDir, sha256
@@ -87,6 +88,15 @@ class _NoAnswer(Exception):
     """The controller (or the command) did not answer; the message says how."""
 
 
+class _Unauthenticated(_NoAnswer):
+    """Slurm could not authenticate the request (munge down): no Slurm question gets an answer until it can.
+    `sent`: False where the credential was never made, so the request never reached Slurm."""
+
+    def __init__(self, message: str, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
 class _Refused(Exception):
     """sbatch answered no; the message is its reason."""
 
@@ -106,7 +116,8 @@ def _query_environment() -> dict[str, str]:
 
 def _ask(cmd: list[str], timeout: float = QUERY_TIMEOUT_S, body: bytes | None = None,
          cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run a Slurm command; _NoAnswer when it cannot start, times out, or reports a lost connection."""
+    """Run a Slurm command; _NoAnswer when it cannot start, times out, reports a lost connection, or could not
+    authenticate (_Unauthenticated)."""
     try:
         proc = subprocess.run(cmd, input=body, capture_output=True, timeout=timeout, cwd=cwd,
                               env=env or _query_environment())
@@ -115,9 +126,18 @@ def _ask(cmd: list[str], timeout: float = QUERY_TIMEOUT_S, body: bytes | None = 
     except OSError as exc:
         raise _NoAnswer(f"{Path(cmd[0]).name} could not run: {exc.strerror}") from None
     out = proc.stderr.decode(errors="replace").strip() or proc.stdout.decode(errors="replace").strip()
-    if proc.returncode != 0 and (_LOST_ANSWER.search(out) or "Unable to contact slurm controller" in out):
-        raise _NoAnswer(f"{Path(cmd[0]).name}: {out.splitlines()[-1] if out else proc.returncode}")
+    if proc.returncode != 0:
+        refused = unauthenticated(out)
+        if refused is not None:
+            raise _Unauthenticated(f"{Path(cmd[0]).name}: {refused}", sent=not never_sent(out))
+        if _LOST_ANSWER.search(out) or "Unable to contact slurm controller" in out:
+            raise _NoAnswer(f"{Path(cmd[0]).name}: {one_line(out) or proc.returncode}")
     return proc
+
+
+def _complaint(proc: subprocess.CompletedProcess) -> str:
+    """What a command that answered no said, in one line."""
+    return one_line(proc.stderr.decode(errors="replace")) or one_line(_text(proc)) or f"exit {proc.returncode}"
 
 
 def _text(proc: subprocess.CompletedProcess) -> str:
@@ -192,16 +212,23 @@ class SlurmExecutor:
         try:
             proc = _ask(cmd)
         except _NoAnswer as exc:
-            self.silence, self._silent_until = str(exc), time.monotonic() + SILENT_BACKOFF_S
+            self._silent(exc)
             raise
         return proc
 
+    def _silent(self, exc: _NoAnswer) -> None:
+        """Slurm did not answer: the views say so, and it is not asked again for a while."""
+        self.silence, self._silent_until = str(exc), time.monotonic() + SILENT_BACKOFF_S
+
     def _sacct(self, args: list[str]) -> list[list[str]] | None:
         """Rows of sacct (fields split), or None where accounting does not answer."""
-        if self._accounting is False or shutil.which("sacct") is None:
+        if self._accounting is False or shutil.which("sacct") is None or time.monotonic() < self._silent_until:
             return None
         try:
             proc = _ask(["sacct", "-X", "-n", "-P", *args])
+        except _Unauthenticated as exc:  # no Slurm command is answered then: the controller is not asked either
+            self._silent(exc)
+            return None
         except _NoAnswer:
             return None  # accounting is a help, not a need: squeue and scontrol still answer
         if proc.returncode != 0:
@@ -250,7 +277,8 @@ class SlurmExecutor:
         if proc.returncode != 0:
             if _UNKNOWN_JOB.search(proc.stderr.decode(errors="replace")):
                 return None
-            raise _NoAnswer(f"scontrol: {proc.stderr.decode(errors='replace').strip()}")
+            self._silent(_NoAnswer(f"scontrol: {_complaint(proc)}"))
+            raise _NoAnswer(self.silence)
         text = _text(proc)
         state = re.search(r"JobState=(\S+)", text)
         if not state:
@@ -269,7 +297,7 @@ class SlurmExecutor:
         cmd = [require("sbatch"), "--parsable", *options, f"--job-name={name}"]
         proc = _ask(cmd, SUBMIT_TIMEOUT_S, body, point.path, job_environment())  # the job's own environment
         if proc.returncode != 0:
-            raise _Refused(proc.stderr.decode(errors="replace").strip() or _text(proc).strip())
+            raise _Refused(_complaint(proc))
         return _text(proc).strip().split(";")[0]
 
     def submit(self, point_dir: Path, chain: Sequence[str] = (JOBSCRIPT,), after: Sequence[str] = ()) -> str:
@@ -293,6 +321,10 @@ class SlurmExecutor:
                 self._abandon(point, ids, f"sbatch refused {script}: {exc}", "usage")
                 raise LaunchError(f"sbatch refused {point.path / script}: {exc}") from None
             except _NoAnswer as exc:
+                if isinstance(exc, _Unauthenticated) and not exc.sent:
+                    self._abandon(point, ids, f"Slurm did not answer ({exc}): nothing was queued")
+                    raise LaunchError(f"Slurm did not answer the submission of {point.path / script} ({exc}): "
+                                      "nothing was queued; submit again once it answers (--resume)") from None
                 point.update(chain_job_ids=list(ids))
                 try:
                     found = self._find_until(point, name, time.monotonic() + RECONCILE_S)
@@ -453,7 +485,7 @@ class SlurmExecutor:
             return Cancelled(False, f"scancel did not answer ({exc}); jobs {', '.join(ids)} may still run")
         complaint = proc.stderr.decode(errors="replace").strip()
         if proc.returncode != 0 and not re.search(r"already complet|Invalid job id", complaint, re.I):
-            return Cancelled(False, f"scancel refused: {complaint}")
+            return Cancelled(False, f"scancel refused: {_complaint(proc)}")
         if proc.returncode == 0:  # a job's end seen from its log alone (no accounting) is then the cancel's
             point.update(number=attempt.number, cancel_requested=now_iso())
         deadline = time.monotonic() + CANCEL_CONFIRM_S

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from nlp_bench.errors import BenchError
 from nlp_bench.launch.executor import job_environment
+from nlp_bench.launch.slurm_said import one_line, unauthenticated
 
 Runner = Callable[[list[str], float], subprocess.CompletedProcess]
 
@@ -123,8 +124,11 @@ def _ask(runner: Runner | None, argv: list[str]) -> str:
     except subprocess.TimeoutExpired:
         raise SlurmUnavailable(f"`{shlex.join(argv)}` did not answer in 30 s: is slurmctld up?") from None
     if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SlurmUnavailable(f"`{shlex.join(argv)}` failed: {detail[-1] if detail else f'exit {proc.returncode}'}")
+        said = proc.stderr or proc.stdout
+        refused = unauthenticated(said)
+        if refused is not None:
+            raise SlurmUnavailable(f"`{shlex.join(argv)}`: Slurm did not answer: {refused}")
+        raise SlurmUnavailable(f"`{shlex.join(argv)}` failed: {one_line(said) or f'exit {proc.returncode}'}")
     return proc.stdout
 
 

@@ -16,6 +16,11 @@ class StoreError(ResultError):
     """A record of the run store cannot be read or written; the message names the file and what is wrong."""
 
 
+class Unwritable(StoreError):
+    """The file system refused a write or a lock (mounted read-only, not this user's, full): a reader that
+    only meant to bring a record up to date may show what it worked out instead (store.unkept)."""
+
+
 def os_reason(exc: OSError) -> str:
     """The operating system's words for a failed file operation (ENOSPC: "No space left on device"), also
     where a library raised the error with its number only (pyarrow)."""
@@ -62,7 +67,7 @@ def write_text(path: Path, text: str, mode: int | None = None, durable: bool = T
     try:
         write_text_atomic(path, text, mode, durable, make_parents=False)
     except OSError as exc:
-        raise StoreError(f"cannot write {path}: {os_reason(exc)}") from None
+        raise Unwritable(f"cannot write {path}: {os_reason(exc)}") from None
 
 
 def write_object(path: Path, data: dict[str, Any], durable: bool = True) -> None:

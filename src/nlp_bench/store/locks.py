@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nlp_bench.errors import BenchError
-from nlp_bench.store.files import StoreError, os_reason
+from nlp_bench.store.files import Unwritable, os_reason
 
 
 class Busy(BenchError):
@@ -94,7 +94,7 @@ def _acquire(path: Path, what: str, wait: bool, for_jobs: bool) -> Iterator[int]
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as exc:
-        raise StoreError(f"cannot lock {what} ({path}): {os_reason(exc)}") from None
+        raise Unwritable(f"cannot lock {what} ({path}): {os_reason(exc)}") from None
     try:
         try:
             _lock(fd, wait, for_jobs)
@@ -102,7 +102,7 @@ def _acquire(path: Path, what: str, wait: bool, for_jobs: bool) -> Iterator[int]
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
                 raise Busy(f"{what} is in use by {holder}") from None
-            raise StoreError(f"cannot lock {what} ({path}): {os_reason(exc)}; the results folder must be on a "
+            raise Unwritable(f"cannot lock {what} ({path}): {os_reason(exc)}; the results folder must be on a "
                              "file system with POSIX locks") from None
         _write_holder(fd, f"bench pid {os.getpid()} on {socket.gethostname()}")
         yield fd

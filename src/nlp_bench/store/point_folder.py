@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nlp_bench.store import locks, states
-from nlp_bench.store.files import StoreError, os_reason, read_object, write_object, write_text
+from nlp_bench.store import locks, states, unkept
+from nlp_bench.store.files import StoreError, Unwritable, os_reason, read_object, write_object, write_text
 from nlp_bench.store.names import (
     ARCHIVED,
     COMPILE_SCRIPT,
@@ -136,8 +136,12 @@ class PointDir:
 
     def state(self) -> StateRecord:
         """Every attempt (none: never submitted). StoreError where the folder itself is gone: that is no
-        point that was never submitted."""
+        point that was never submitted. A state this process worked out and could not write (store.unkept)
+        stands for the file while the file is unchanged."""
         path = self.path / STATE_JSON
+        shown = unkept.held(path)
+        if shown is not None:
+            return shown
         if path.exists():
             return StateRecord.read(read_object(path), path)
         self.require()
@@ -149,12 +153,24 @@ class PointDir:
     @contextlib.contextmanager
     def _editing(self) -> Iterator[StateRecord]:
         """state.json read and, if the block ends normally, written back, under the state lock: two writers
-        (a launcher, a `bench status`, a cancel) never lose each other's change."""
+        (a launcher, a `bench status`, a cancel) never lose each other's change. Where the file system
+        refuses the lock or the write, a reader inside unkept.shown() keeps the record in memory instead."""
         self.require()
-        with locks.hold(self.path / STATE_LOCK, f"the state of {self.path}", wait=True):
+        refused = None
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(locks.hold(self.path / STATE_LOCK, f"the state of {self.path}", wait=True))
+            except Unwritable as exc:
+                refused = unkept.refused(exc)
             record = self.state()
             yield record
-            write_object(self.path / STATE_JSON, record.to_dict())
+            if refused is None:
+                try:
+                    write_object(self.path / STATE_JSON, record.to_dict())
+                    return
+                except Unwritable as exc:
+                    refused = unkept.refused(exc)
+            unkept.remember(self.path / STATE_JSON, record, refused)
 
     def begin_attempt(self, executor: str, state: str = states.SUBMITTING, **fields: Any) -> Attempt:
         """A new attempt, recorded before the scheduler is asked: a bench that dies in between leaves the
@@ -243,11 +259,16 @@ class PointDir:
         return self.path / SUBMITTED / name
 
     def archive(self, target: Path) -> None:
-        """Copy the point's scripts, logs and records, as they are, into `target` (a submission bundle)."""
+        """Copy the point's scripts, logs and records, as they are, into `target` (a submission bundle); its
+        state as this process shows it where it could not be written (store.unkept), as the bundle's table
+        shows it."""
         for name in ARCHIVED:
             if (self.path / name).is_file():
                 (target / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(self.path / name, target / name)
+        shown = unkept.held(self.path / STATE_JSON)
+        if shown is not None:
+            write_object(target / STATE_JSON, shown.to_dict(), durable=False)
 
 
 def sha256(body: bytes) -> str:
