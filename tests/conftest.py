@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,50 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(m) for m in _ONE_WORKER) or "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("machine"))
+
+
+# --- jobs of the stand-in jobscript (tests/fixtures/stub_jobscript.sbatch.j2), started by a real bench: the
+# fault tests' ------------------------------------------------------------------------------------------
+
+STUB = ROOT / "tests" / "fixtures" / "stub_jobscript.sbatch.j2"
+BENCH = Path(sys.executable).parent / "bench"
+
+
+@pytest.fixture
+def stub_site(site: Path) -> Path:
+    """The site layer with the stand-in jobscript template: `bench run` and `bench sweep` render it."""
+    shutil.copy(STUB, site / "slurm" / "templates" / "jobscript.sbatch.j2")
+    return site
+
+
+@pytest.fixture
+def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file whose creation lets every stand-in job go on."""
+    path = tmp_path / "gate"
+    monkeypatch.setenv("NLP_BENCH_TEST_GATE", str(path))
+    return path
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "NLP_BENCH_RESULTS"}
+    return subprocess.Popen([str(BENCH), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return out, err
+
+
+def until(predicate, what: str, timeout: float = 120.0) -> None:
+    """Wait for an event (a file, a line, a state) the test can see; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def started(folder: Path, times: int = 1) -> bool:
+    pids = folder / "ran.pids"
+    return pids.is_file() and len(pids.read_text().split()) >= times

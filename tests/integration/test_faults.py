@@ -20,33 +20,15 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, job, record_job, run_bench
+from conftest import BENCH, finish, job, record_job, run_bench, start, started, until
 
 #: each test's bound: a fault that hangs bench fails its test, it does not hang CI
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 
-STUB = ROOT / "tests" / "fixtures" / "stub_jobscript.sbatch.j2"
-BENCH = Path(sys.executable).parent / "bench"
-
-
-@pytest.fixture
-def stub_site(site: Path) -> Path:
-    """The site layer with the stand-in jobscript template: `bench run` and `bench sweep` render it."""
-    shutil.copy(STUB, site / "slurm" / "templates" / "jobscript.sbatch.j2")
-    return site
-
-
-@pytest.fixture
-def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The file whose creation lets every stand-in job go on."""
-    path = tmp_path / "gate"
-    monkeypatch.setenv("NLP_BENCH_TEST_GATE", str(path))
-    return path
 
 
 @pytest.fixture
@@ -67,26 +49,6 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return invoke
 
 
-def start(*args: str, cwd: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "NLP_BENCH_RESULTS"}
-    return subprocess.Popen([str(BENCH), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:
-    out, err = proc.communicate(timeout=timeout)
-    return out, err
-
-
-def until(predicate, what: str, timeout: float = 120.0) -> None:
-    """Wait for an event (a file, a line, a state) the test can see; fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def one_line(proc: subprocess.CompletedProcess | tuple, *needles: str) -> str:
     """The single `bench: error:` line of a refused command (exit 2, no traceback), checked for needles. A
     progress bar that ran before the error may stand above it."""
@@ -97,11 +59,6 @@ def one_line(proc: subprocess.CompletedProcess | tuple, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
-
-
-def started(folder: Path, times: int = 1) -> bool:
-    pids = folder / "ran.pids"
-    return pids.is_file() and len(pids.read_text().split()) >= times
 
 
 def csv_rows(text: str) -> list[dict[str, str]]:
