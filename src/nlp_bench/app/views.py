@@ -72,7 +72,7 @@ class View:
         """Nothing left to watch: every point ended, was never submitted, or is gone, or is a copy (its job
         is the original's: nothing the copy shows changes)."""
         return all(unmarked(r["state"]) in states.TERMINAL | {states.NOT_SUBMITTED, states.MISSING}
-                   or f"({COPY}" in r["state"] for r in rows)
+                   or COPY in r["state"].partition(" (")[2] for r in rows)
 
     def run(self, ref: str | None) -> Run:
         return self.refreshed(find_run(self.results_dir, ref))

@@ -203,26 +203,32 @@ class PointDir:
         the job may run: that job is the original's, to follow and signal there, never from here. None where
         this is the folder the job was submitted from, the same one by another path (a link, a bind mount),
         or a move of it (the folder it was submitted from is gone); and where no job may run."""
+        found = self._elsewhere()
+        return found[0] if found is not None and found[1] else None
+
+    def follow_move(self) -> bool:
+        """Record this folder as the job's where the folder it was submitted from is gone (the run was moved):
+        a copy made of it later is then known as one. True where it was recorded."""
+        found = self._elsewhere()
+        if found is None or found[1]:
+            return False
+        self.update(number=self.attempt().number, folder=str(self.path.resolve()))
+        return True
+
+    def _elsewhere(self) -> tuple[Path, bool] | None:
+        """The folder the current attempt was submitted from, where its job may still run and that folder is
+        not this one (by this path or another), with whether it is still there; None otherwise."""
         attempt = self.attempt()
         if attempt is None or attempt.folder is None or attempt.state in states.SETTLED:
             return None
         made, here = Path(attempt.folder), self.path.resolve()
         try:
-            return None if made == here or made.samefile(here) else made
+            same = made == here or made.samefile(here)
         except (FileNotFoundError, NotADirectoryError):
-            return None
-
-    def follow_move(self) -> bool:
-        """Record this folder as the job's where the folder it was submitted from is gone (the run was moved):
-        a copy made of it later is then known as one. True where it was recorded."""
-        attempt = self.attempt()
-        if attempt is None or attempt.folder is None or attempt.state in states.SETTLED:
-            return False
-        here = self.path.resolve()
-        if Path(attempt.folder) == here or Path(attempt.folder).exists():
-            return False
-        self.update(number=attempt.number, folder=str(here))
-        return True
+            return made, False
+        except OSError:  # it cannot be looked at: not taken for this one, as nothing is signalled on a guess
+            return made, True
+        return None if same else (made, True)
 
     def cancel_unsubmitted(self, executor: str) -> bool:
         """Record a point that was never submitted as cancelled (a launcher still going through the run
