@@ -140,6 +140,12 @@ def test_a_point_json_that_is_not_its_jobscripts_layout_is_said_marked_and_not_r
     table = run_bench("result", "table", run.name, "--format", "csv", cwd=tmp_path)
     assert ",COMPLETED (mismatch)," in table.stdout, table.stdout
     assert f"layout.tp is 2 but {folder / 'submitted' / 'jobscript.sbatch'} runs 1" in table.stderr, table.stderr
+    _edit_layout(tmp_path / folder, tp=1)
+    with (tmp_path / folder / "submitted" / "jobscript.sbatch").open("a") as frozen:  # the copy that ran, edited
+        frozen.write("# edited\n")
+    status = run_bench("status", run.name, cwd=tmp_path)
+    assert "COMPLETED (mismatch)" in status.stdout, status.stdout
+    assert "submitted/jobscript.sbatch is not the script submitted: its sha256" in status.stderr, status.stderr
 
 
 def test_a_copy_of_a_run_whose_slurm_job_is_queued_neither_asks_slurm_nor_cancels(tmp_path, monkeypatch):
