@@ -8,6 +8,7 @@ from nlp_bench.errors import BenchError, ResultError, unknown
 from nlp_bench.launch.refresher import Refresher
 from nlp_bench.report.console import say, warn
 from nlp_bench.store import states
+from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import find_run
 
 
@@ -21,6 +22,7 @@ def cancel_points(results_dir: Path, run_ref: str, names: tuple[str, ...] = ()) 
         if name not in folders:
             raise ResultError(unknown(f"point of run {run.id}:", name, folders))
     chosen = [folders[name] for name in names or folders]
+    _refuse_copies(chosen)
     executors = Refresher()
     unconfirmed = 0
     marked = set()
@@ -53,3 +55,16 @@ def cancel_points(results_dir: Path, run_ref: str, names: tuple[str, ...] = ()) 
             unconfirmed += 1
             warn(f"{point.id}: cancel NOT confirmed: {outcome.detail}")
     return unconfirmed
+
+
+def _refuse_copies(points: list[PointDir]) -> None:
+    """A run folder copied while its jobs ran holds their ids, but the jobs are the original's: cancelled from
+    the copy, the original would record a failure it never had. Refused before anything is cancelled."""
+    for point in points:
+        try:
+            original = point.copy_of() if point.exists() else None
+        except BenchError:  # a damaged record is said where its point is cancelled
+            continue
+        if original is not None:
+            raise ResultError(f"{point.path} is a copy of {original}, whose job {point.attempt().job_id} it does "
+                              f"not own: cancel it in {original.parent} (nothing was cancelled)")

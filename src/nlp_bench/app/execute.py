@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+from nlp_bench.app.record_checks import layout_disagreement
 from nlp_bench.app.stage_records import LaunchOptions, Order, PointOnDisk, Written
 from nlp_bench.app.stages import launch_jobs, run_stages
 from nlp_bench.app.sweep_selection import DEFAULT_MAX_POINTS, SHOWN_LAYOUT, Selection
@@ -21,7 +22,8 @@ from nlp_bench.spec.trainers import MEGATRON_LM
 from nlp_bench.store import states
 from nlp_bench.store.dropped import DroppedLog, dropped_rows
 from nlp_bench.store.files import naming
-from nlp_bench.store.names import DROPPED_CSV
+from nlp_bench.store.names import DROPPED_CSV, JOBSCRIPT
+from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import Run, find_run
 
 #: the options of a run without any of the launch flags
@@ -185,6 +187,7 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = _DEFAULTS, 
             todo.append(PointOnDisk(point.path, record))
         else:
             skipped.append((point, state))
+    _refuse_disagreeing(todo)
     say(f"run {run.id}: {len(todo)} point(s) to run again, {len(skipped)} left as they are")
     for point, state in skipped:
         say(f"  kept {point.id} ({state})")
@@ -202,3 +205,15 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = _DEFAULTS, 
     written = Written(run, run.path.parent.parent, executor, options, tuple(todo), again=True)
     code = run_stages(written, start=launch_jobs)
     return code or (1 if problems else 0)
+
+
+def _refuse_disagreeing(todo: list[PointOnDisk]) -> None:
+    """A point.json edited by hand names a layout its jobscript does not run: run again, the job would
+    measure one layout and the table show another. Refused before anything is submitted, unless the
+    jobscript is made again for the layout point.json names."""
+    for item in todo:
+        point = PointDir(item.folder)
+        line = layout_disagreement(point, point.file(JOBSCRIPT))
+        if line:
+            raise SpecError(f"{line}: --resume runs the jobscript as it is, so nothing was submitted (restore "
+                            "point.json, make the jobscript run its layout, or start a new run for it)")

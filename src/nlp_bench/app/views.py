@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 from nlp_bench.analysis.results import Problems, run_results, run_rows
+from nlp_bench.app.record_checks import COPY, marked, marks, unmarked
 from nlp_bench.errors import BenchError
 from nlp_bench.launch.refresher import Refresher
 from nlp_bench.report.status import missing_status, point_status
 from nlp_bench.store import states, unkept
 from nlp_bench.store.files import naming
+from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.runs import Run, find_run, list_runs
 
 
@@ -51,12 +53,31 @@ class View:
                 rows.append(point_status(point.path, self.problems.lines))
             except BenchError as exc:
                 self.problems.add(naming(point.path, exc))
+        return self.marked(run, rows)
+
+    def marked(self, run: Run, rows: list[dict]) -> list[dict]:
+        """The rows with their states marked where a point's records disagree with what runs (a copy of a
+        run, a point.json that is not its jobscript's layout), each disagreement said among the problems."""
+        for row in rows:
+            if row.get("state") == states.MISSING or not row.get("point"):
+                continue
+            point = PointDir(run.path / row["point"])
+            try:
+                found = marks(point)
+            except BenchError as exc:
+                self.problems.add(naming(point.path, exc))
+                continue
+            row["state"] = marked(row["state"], found)
+            for mark in found:
+                self.problems.add(mark.line)
         return rows
 
     @staticmethod
     def all_ended(rows: list[dict]) -> bool:
-        """Nothing left to watch: every point ended, was never submitted, or is gone."""
-        return all(r["state"] in states.TERMINAL | {states.NOT_SUBMITTED, states.MISSING} for r in rows)
+        """Nothing left to watch: every point ended, was never submitted, or is gone, or is a copy (its job
+        is the original's: nothing the copy shows changes)."""
+        return all(unmarked(r["state"]) in states.TERMINAL | {states.NOT_SUBMITTED, states.MISSING}
+                   or COPY in r["state"].partition(" (")[2] for r in rows)
 
     def run(self, ref: str | None) -> Run:
         return self.refreshed(find_run(self.results_dir, ref))
@@ -71,8 +92,9 @@ class View:
         return [self.refreshed(run) for run in listing.runs]
 
     def rows(self, run: Run) -> list[dict]:
-        """The run's result table rows; what cannot be read is among the problems."""
-        return run_rows(run, self.problems)
+        """The run's result table rows, marked as status_rows marks them; what cannot be read is among the
+        problems."""
+        return self.marked(run, run_rows(run, self.problems))
 
     def table_rows(self, refs: tuple[str, ...], every: bool = False, reference: bool = False) -> list[dict]:
         """The rows of `bench result table`: the runs named (default: the newest; `every`: all of them),
@@ -103,7 +125,7 @@ class View:
             run = self.run(ref)
             ids.append(run.id)
             for row, result in run_results(run, self.problems):
-                rows.append(row)
+                rows.append(self.marked(run, [row])[0])
                 results[(row["run"], row["point"])] = result
         return ids, rows, results
 

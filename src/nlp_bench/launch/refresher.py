@@ -31,16 +31,24 @@ class Refresher:
         for point_dir in point_dirs:
             with contextlib.suppress(BenchError):  # a damaged record is said when the point is refreshed
                 record = PointDir(point_dir).state()
-                if record.state not in states.SETTLED and record.current.job_id:
+                if record.state not in states.SETTLED and record.current.job_id \
+                        and PointDir(point_dir).copy_of() is None:
                     wanted.setdefault(record.current.executor, []).append(record.current.job_id)
         for name, job_ids in wanted.items():
             with contextlib.suppress(BenchError):
                 self.executor(name).prefetch(job_ids)
 
     def refresh(self, point_dir: Path) -> str:
-        record = PointDir(point_dir).state()
-        if record.state in states.SETTLED:
+        """The point's state, its job asked of its executor where it may still run; a copy of a run folder
+        made while its job ran keeps the state as copied: the job is the original's, and what it does is
+        recorded there (asked from here, a job that ended would look lost: the copy's log stops where it was
+        copied)."""
+        point = PointDir(point_dir)
+        record = point.state()
+        if record.state in states.SETTLED or point.copy_of() is not None:
             return record.state
+        with contextlib.suppress(BenchError):  # a store that cannot be written follows the job all the same
+            point.follow_move()
         return self.executor(record.current.executor).poll(point_dir)
 
     @property

@@ -17,6 +17,15 @@ _NODES = re.compile(r"^#SBATCH\s+(?:--nodes[= ]|-N\s*)(\d+)\s*$", re.M)
 def jobscript_args(text: str, where: str) -> list[str]:
     """The words of the script's TRAIN_ARGS=( ... ) (and TRAIN_ARGS+=( ... ) lines outside a condition),
     with the variables the script sets itself expanded; unknown ones stay as written."""
+    words, variables = _read(text, where)
+    if variables is None:
+        raise SpecError(f"{where}: no TRAIN_ARGS=( ... ) array: not a jobscript nlp-bench rendered")
+    return words
+
+
+def _read(text: str, where: str) -> tuple[list[str], dict[str, str] | None]:
+    """The TRAIN_ARGS words and the variables the script sets at its top level; None for the variables where
+    the script has no TRAIN_ARGS array."""
     variables: dict[str, str] = {}
     words: list[str] = []
     lines = iter(text.splitlines())
@@ -48,9 +57,7 @@ def jobscript_args(text: str, where: str) -> list[str]:
             except ValueError:
                 continue
             variables[match.group(1)] = _expand(" ".join(value), variables) if value else ""
-    if not found:
-        raise SpecError(f"{where}: no TRAIN_ARGS=( ... ) array: not a jobscript nlp-bench rendered")
-    return words
+    return words, variables if found else None
 
 
 def _expand(word: str, variables: dict[str, str]) -> str:
@@ -69,3 +76,31 @@ def jobscript_nodes(text: str) -> int | None:
     """The node count the script asks Slurm for."""
     match = _NODES.search(text)
     return int(match.group(1)) if match else None
+
+
+#: the layout fields of point.json and what a rendered jobscript says of each: a trainer flag of TRAIN_ARGS,
+#: or a variable the script exports
+_FLAGS = {"tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size", "mbs": "--micro-batch-size",
+          "global_batch_size": "--global-batch-size", "cp": "--context-parallel-size"}
+_EXPORTS = {"devices_per_node": "GPUS_PER_NODE", "dp": "DP_SIZE", "gas": "GAS"}
+
+
+def jobscript_layout(text: str, where: str) -> dict[str, tuple[int, str]]:
+    """The layout a rendered jobscript runs, by point.json's layout field: the value, and where the script
+    says it (a flag, a variable, #SBATCH --nodes). Only what the script states as a number is there: a
+    script without TRAIN_ARGS (written by hand) states its node count at most."""
+    found: dict[str, tuple[int, str]] = {}
+    nodes = jobscript_nodes(text)
+    if nodes is not None:
+        found["nodes"] = (nodes, "#SBATCH --nodes")
+    words, variables = _read(text, where)
+    for key, flag in _FLAGS.items():
+        if flag in words[:-1]:
+            value = words[words.index(flag) + 1]
+            if value.isdigit():
+                found[key] = (int(value), flag)
+    for key, name in _EXPORTS.items():
+        value = (variables or {}).get(name, "")
+        if value.isdigit():
+            found[key] = (int(value), name)
+    return found

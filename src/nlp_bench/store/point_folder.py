@@ -77,6 +77,17 @@ class PointDir:
         if compile_script is not None:
             write_text(self.path / COMPILE_SCRIPT, compile_script, mode=0o755, durable=False)
 
+    def layout_disagreement(self, stated: dict[str, tuple[int, str]], script: Path) -> str | None:
+        """One line where point.json's layout is not what `script` runs (`stated`: by layout field, the value
+        and where the script says it); None where they agree. A point.json edited by hand must not show, nor
+        run again as, a layout its job never ran."""
+        layout = self.point().layout
+        differ = [f"layout.{key} is {layout[key]} but {script} runs {value} ({where})"
+                  for key, (value, where) in stated.items() if isinstance(layout.get(key), int) and layout[key] != value]
+        if not differ:
+            return None
+        return f"{self.path / POINT_JSON} disagrees with its jobscript: " + "; ".join(differ)
+
     def prediction(self) -> dict[str, Any] | None:
         path = self.path / PREDICTION_JSON
         if not path.exists():
@@ -175,6 +186,7 @@ class PointDir:
     def begin_attempt(self, executor: str, state: str = states.SUBMITTING, **fields: Any) -> Attempt:
         """A new attempt, recorded before the scheduler is asked: a bench that dies in between leaves the
         evidence that a job may exist."""
+        fields.setdefault("folder", str(self.path.resolve()))
         with self._editing() as record:
             attempt = Attempt(number=len(record.attempts) + 1, executor=executor, state=state,
                               submitted=now_iso(), **fields)
@@ -201,6 +213,38 @@ class PointDir:
                 attempt.history.append({"state": state, "at": now_iso(), "job_id": attempt.job_id})
                 attempt.state = state
         return attempt
+
+    def copy_of(self) -> Path | None:
+        """The folder whose job this one's record follows, where this is a copy of it (`cp -r`) made while
+        the job may run: that job is the original's, to follow and signal there, never from here. None where
+        this is the folder the job was submitted from, the same one by another path (a link, a bind mount),
+        or a move of it (the folder it was submitted from is gone); and where no job may run."""
+        found = self._elsewhere()
+        return found[0] if found is not None and found[1] else None
+
+    def follow_move(self) -> bool:
+        """Record this folder as the job's where the folder it was submitted from is gone (the run was moved):
+        a copy made of it later is then known as one. True where it was recorded."""
+        found = self._elsewhere()
+        if found is None or found[1]:
+            return False
+        self.update(number=self.attempt().number, folder=str(self.path.resolve()))
+        return True
+
+    def _elsewhere(self) -> tuple[Path, bool] | None:
+        """The folder the current attempt was submitted from, where its job may still run and that folder is
+        not this one (by this path or another), with whether it is still there; None otherwise."""
+        attempt = self.attempt()
+        if attempt is None or attempt.folder is None or attempt.state in states.SETTLED:
+            return None
+        made, here = Path(attempt.folder), self.path.resolve()
+        try:
+            same = made == here or made.samefile(here)
+        except (FileNotFoundError, NotADirectoryError):
+            return made, False
+        except OSError:  # it cannot be looked at: not taken for this one, as nothing is signalled on a guess
+            return made, True
+        return None if same else (made, True)
 
     def cancel_unsubmitted(self, executor: str) -> bool:
         """Record a point that was never submitted as cancelled (a launcher still going through the run

@@ -207,6 +207,8 @@ class Attempt:
     process: dict[str, Any] | None = None
     #: sha256 of each script as it was handed to the scheduler, by script name
     scripts_sha256: dict[str, str] = field(default_factory=dict)
+    #: the point's folder (resolved) the job was submitted from: a copy of the folder is not where it lives
+    folder: str | None = None
     submitted: str | None = None
     started: str | None = None
     finished: str | None = None
@@ -284,9 +286,9 @@ _TEXT = (str, type(None))
 #: every other field of an attempt and what it may hold
 _ATTEMPT_FIELDS: dict[str, tuple[type, ...]] = {
     "job_id": _TEXT, "chain_job_ids": (list,), "job_names": (list,), "process": (dict, type(None)),
-    "scripts_sha256": (dict,), "submitted": _TEXT, "started": _TEXT, "finished": _TEXT, "times_from": _TEXT,
-    "monotonic_s": (int, float, type(None)), "exit_code": (int, type(None)), "failure_class": _TEXT,
-    "failure_detail": _TEXT,
+    "scripts_sha256": (dict,), "folder": _TEXT, "submitted": _TEXT, "started": _TEXT, "finished": _TEXT,
+    "times_from": _TEXT, "monotonic_s": (int, float, type(None)), "exit_code": (int, type(None)),
+    "failure_class": _TEXT, "failure_detail": _TEXT,
     "consumed_energy_j": (int, float, type(None)), "unseen_since": _TEXT, "cancel_requested": _TEXT,
     "history": (list,),
 }
