@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from worker_groups import one_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 # pytest-xdist gives its workers COLUMNS=80 and LINES=24 (its own console's size); a bench a test starts must
@@ -190,17 +192,9 @@ def job(folder: Path):
     return PointDir(folder).attempt()
 
 
-#: the marker of the tests that share the machine's one Slurm cluster: one worker runs them all
-_ONE_WORKER = ("slurm",)
-
-
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist's loadgroup, the tests that share the Slurm cluster on this machine (marked slurm, or
-    taking the slurm_cluster fixture, as the faults injected into the controller do) run on one worker: two
-    clusters would clash on its ports and folders. The rest spread over the workers."""
-    for item in items:
-        if any(item.get_closest_marker(m) for m in _ONE_WORKER) or "slurm_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("machine"))
+    one_worker(items)
 
 
 # --- jobs of the stand-in jobscript (tests/fixtures/stub_jobscript.sbatch.j2), started by a real bench: the
@@ -288,3 +282,47 @@ def fill(folder: Path) -> Path:
         for n in range(1000):  # the odd inode or page left: take them too
             (folder / f"filler{n}").write_bytes(b"\0" * 512)
     return filler
+
+
+# --- the stand-in jobs' runs, locally and on the emulated Slurm cluster ------------------------------------
+
+def csv_rows(text: str) -> list[dict[str, str]]:
+    lines = text.splitlines()
+    return [dict(zip(lines[0].split(","), line.split(","), strict=False)) for line in lines[1:]]
+
+
+def dry_points(tmp_path: Path, gas: list[int] | None = None, bench=None,
+               system: str = "local") -> tuple[Path, list[Path]]:
+    """A dry-run sweep of the smoke tag over gas on `system`: the run folder and its point folders."""
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return bench(*args) if bench is not None else run_bench(*args, cwd=tmp_path, timeout=120)
+
+    if gas is None:
+        proc = run("run", "--tag", "smoke", "--system", system, "--dry-run")
+    else:
+        (tmp_path / "g.yaml").write_text(f"tag: smoke\nsystem: {system}\nmatrix: {{gas: {gas}}}\n")
+        proc = run("sweep", "g.yaml", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    run = max((p.parent for p in tmp_path.glob("results/nlp/*/run.json")), key=lambda p: p.stat().st_mtime_ns)
+    return run, sorted(p for p in run.iterdir() if p.is_dir() and (p / "point.json").is_file())
+
+
+@pytest.fixture
+def on_slurm(slurm_cluster, stub_site, gate, tmp_path, monkeypatch):
+    """The emulated cluster with the stand-in jobscript, short Slurm timeouts, and every job these tests
+    leave behind cancelled and their gate opened at the end."""
+    import slurm_lab
+
+    monkeypatch.setenv("NLP_BENCH_SLURM_TIMEOUT", "3")
+    monkeypatch.setenv("NLP_BENCH_CANCEL_CONFIRM", "20")
+    yield slurm_lab
+    gate.touch()
+    os.kill(slurm_lab.controller_pid(), signal.SIGCONT)
+    ids = [job_id for job_id, _ in slurm_lab.jobs_in(tmp_path)]
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
+
+
+def slurm_job_started(tmp_path: Path) -> Path:
+    until(lambda: list(tmp_path.glob("results/nlp/*/*/ran.pids")), "the Slurm job to start")
+    return next(tmp_path.glob("results/nlp/*/*/ran.pids")).parent

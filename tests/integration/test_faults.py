@@ -18,13 +18,27 @@ import os
 import re
 import resource
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import BENCH, fill, finish, job, one_line, record_job, run_bench, start, started, tmpfs, until
+from conftest import (
+    BENCH,
+    csv_rows,
+    dry_points,
+    fill,
+    finish,
+    job,
+    one_line,
+    record_job,
+    run_bench,
+    slurm_job_started,
+    start,
+    started,
+    tmpfs,
+    until,
+)
 
 #: each test's bound: a fault that hangs bench fails its test, it does not hang CI
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
@@ -47,27 +61,6 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         return subprocess.CompletedProcess(["bench", *args], result.exit_code, result.stdout, result.stderr)
 
     return invoke
-
-
-def csv_rows(text: str) -> list[dict[str, str]]:
-    lines = text.splitlines()
-    return [dict(zip(lines[0].split(","), line.split(","), strict=False)) for line in lines[1:]]
-
-
-def dry_points(tmp_path: Path, gas: list[int] | None = None, bench=None,
-               system: str = "local") -> tuple[Path, list[Path]]:
-    """A dry-run sweep of the smoke tag over gas on `system`: the run folder and its point folders."""
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return bench(*args) if bench is not None else run_bench(*args, cwd=tmp_path, timeout=120)
-
-    if gas is None:
-        proc = run("run", "--tag", "smoke", "--system", system, "--dry-run")
-    else:
-        (tmp_path / "g.yaml").write_text(f"tag: smoke\nsystem: {system}\nmatrix: {{gas: {gas}}}\n")
-        proc = run("sweep", "g.yaml", "--dry-run")
-    assert proc.returncode == 0, proc.stderr
-    run = max((p.parent for p in tmp_path.glob("results/nlp/*/run.json")), key=lambda p: p.stat().st_mtime_ns)
-    return run, sorted(p for p in run.iterdir() if p.is_dir() and (p / "point.json").is_file())
 
 
 def measured(folder: Path, lines: int = 4, seconds: float = 0.5) -> None:
@@ -560,27 +553,6 @@ def test_parse_json_never_holds_infinity(tmp_path):
 
 # --- on Slurm: the emulated cluster of tests/slurm_lab.py ---------------------------------------------------
 
-@pytest.fixture
-def on_slurm(slurm_cluster, stub_site, gate, tmp_path, monkeypatch):
-    """The emulated cluster with the stand-in jobscript, short Slurm timeouts, and every job these tests
-    leave behind cancelled and their gate opened at the end."""
-    import slurm_lab
-
-    monkeypatch.setenv("NLP_BENCH_SLURM_TIMEOUT", "3")
-    monkeypatch.setenv("NLP_BENCH_CANCEL_CONFIRM", "20")
-    yield slurm_lab
-    gate.touch()
-    os.kill(slurm_lab.controller_pid(), signal.SIGCONT)
-    ids = [job_id for job_id, _ in slurm_lab.jobs_in(tmp_path)]
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
-
-
-def _slurm_job_started(tmp_path: Path) -> Path:
-    until(lambda: list(tmp_path.glob("results/nlp/*/*/ran.pids")), "the Slurm job to start")
-    return next(tmp_path.glob("results/nlp/*/*/ran.pids")).parent
-
-
 def _processes(name: str, cwd: Path) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -636,7 +608,7 @@ def test_two_resumes_at_once_submit_each_point_once(on_slurm, tmp_path):
 def test_a_cancel_slurm_does_not_confirm_is_reported_as_such(on_slurm, tmp_path):
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    folder = _slurm_job_started(tmp_path)
+    folder = slurm_job_started(tmp_path)
     run = folder.parent.name
     with on_slurm.controller_paused():
         refused = run_bench("cancel", run, cwd=tmp_path, timeout=120)
@@ -655,7 +627,7 @@ def test_a_chain_is_cancelled_whole(on_slurm, stub_site, tmp_path):
         profile.replace("name: local-slurm", "name: local-slurm-chain") + "compile_command: stand-in\n")
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm-chain", cwd=tmp_path)
     assert proc.returncode == 0 and ", then run job " in proc.stdout, proc.stdout + proc.stderr
-    folder = _slurm_job_started(tmp_path)
+    folder = slurm_job_started(tmp_path)
     chain = job(folder).chain_job_ids
     assert len(chain) == 2
     cancel = run_bench("cancel", folder.parent.name, cwd=tmp_path)
@@ -726,7 +698,7 @@ def test_a_jobscript_edited_while_its_job_waits_is_recorded_as_it_was_submitted(
 def test_status_says_when_slurm_does_not_answer_and_does_not_wait_long(on_slurm, tmp_path):
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    folder = _slurm_job_started(tmp_path)
+    folder = slurm_job_started(tmp_path)
     assert "RUNNING" in run_bench("status", cwd=tmp_path).stdout
     with on_slurm.accounting_stopped(), on_slurm.controller_paused():
         began = time.monotonic()

@@ -3,7 +3,7 @@ shared folder) whose job ended after its bench died, and a Slurm whose authentic
 must hold: every view shows the state a writer would record and says it was not kept; a Slurm that does not
 authenticate is said, in one line, to be an outage, never shown as news nor taken for a refusal.
 
-Jobs run the stand-in jobscript of test_faults.py (a gate file the test opens).
+Jobs run the stand-in jobscript of tests/conftest.py (a gate file the test opens).
 """
 
 from __future__ import annotations
@@ -14,15 +14,9 @@ import signal
 import subprocess
 
 import pytest
-from conftest import job, run_bench
-from integration import test_faults
-from integration.test_faults import _slurm_job_started, csv_rows, dry_points, one_line, start, started, tmpfs, until
+from conftest import csv_rows, dry_points, job, one_line, run_bench, slurm_job_started, start, started, tmpfs, until
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
-
-gate = test_faults.gate
-stub_site = test_faults.stub_site
-on_slurm = test_faults.on_slurm
 
 
 def test_a_read_only_store_shows_the_end_a_writer_would_record(tmp_path, stub_site, gate):
@@ -77,7 +71,7 @@ def test_slurm_that_cannot_authenticate_is_said_in_one_line(on_slurm, tmp_path, 
     monkeypatch.setenv("NLP_BENCH_SLURM_TIMEOUT", "15")  # munge's own retries take Slurm's clients 2-4 s
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    folder = _slurm_job_started(tmp_path)
+    folder = slurm_job_started(tmp_path)
     until(lambda: "RUNNING" in run_bench("status", cwd=tmp_path).stdout, "the job to show RUNNING")
     with on_slurm.munge_stopped():
         status = run_bench("status", cwd=tmp_path, timeout=60)
