@@ -57,6 +57,18 @@ def _wait(predicate, what: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"local Slurm: timed out waiting for {what}")
 
 
+def _gone(pid: int, seconds: float) -> bool:
+    """Whether process `pid` ended within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _alive(pidfile: Path) -> bool:
     try:
         os.kill(int(pidfile.read_text()), 0)
@@ -224,14 +236,13 @@ def stop() -> None:
     for pidfile in [*RUN.glob("slurmd-*.pid"), RUN / "slurmctld.pid", RUN / "slurmdbd.pid"]:
         if _alive(pidfile):
             pid = int(pidfile.read_text())
+            # a controller a test paused (SIGSTOP) and never resumed would hold SIGTERM until continued, and
+            # one left running without its pid file would answer the next session's tests in its place
+            os.kill(pid, signal.SIGCONT)
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
+            if not _gone(pid, 15):
+                os.kill(pid, signal.SIGKILL)
+                _gone(pid, 5)
         pidfile.unlink(missing_ok=True)
 
 

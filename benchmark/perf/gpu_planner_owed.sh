@@ -16,8 +16,8 @@ DEVICE=${DEVICE:-cuda}
 # tokens alone outlast the stage's cap on a busy machine
 TOKENS=512,2048,8192
 if [ -n "${SMALL:-}" ]; then
-    TOKENS=64,128,256
-    RATES=(--hidden 64,128 --tp 1,2 --square 64 --copy-mib 1 --repeats 2)
+    TOKENS=64,128
+    RATES=(--hidden 64 --tp 1,2 --square 64 --copy-mib 1 --repeats 2)
     HOLD=(--hidden 128 --tp 2 --tokens 64 --seconds 1 --window 0.5)
     LAYER=(--hidden 64,128 --heads 4,8 --tp 1,2 --seq 32 --mbs 1,2 --layers 1 --repeats 2)
 else

@@ -213,7 +213,7 @@ def _refuse_disagreeing(todo: list[PointOnDisk]) -> None:
     jobscript is made again for the layout point.json names."""
     for item in todo:
         point = PointDir(item.folder)
-        line = layout_disagreement(point, point.file(JOBSCRIPT))
+        line = layout_disagreement(point, point.file(JOBSCRIPT), item.record.layout)
         if line:
             raise SpecError(f"{line}: --resume runs the jobscript as it is, so nothing was submitted (restore "
                             "point.json, make the jobscript run its layout, or start a new run for it)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nlp_bench.errors import SpecError
 from nlp_bench.launch.script_args import jobscript_layout
@@ -22,14 +23,15 @@ class Mark:
     line: str
 
 
-def layout_disagreement(point: PointDir, script: Path) -> str | None:
-    """One line where point.json's layout is not what `script` runs; None where they agree, and where the
-    script cannot be read (a view or a submission says that where it reads the script)."""
+def layout_disagreement(point: PointDir, script: Path, layout: dict[str, Any] | None = None) -> str | None:
+    """One line where point.json's layout (`layout`, where the caller read it already) is not what `script`
+    runs; None where they agree, and where the script cannot be read (a view or a submission says that where
+    it reads the script)."""
     try:
         stated = jobscript_layout(script.read_text(errors="replace"), str(script))
     except (OSError, SpecError):
         return None
-    return point.layout_disagreement(stated, script)
+    return point.layout_disagreement(stated, script, layout)
 
 
 def ran_script(point: PointDir) -> Path:

@@ -77,11 +77,12 @@ class PointDir:
         if compile_script is not None:
             write_text(self.path / COMPILE_SCRIPT, compile_script, mode=0o755, durable=False)
 
-    def layout_disagreement(self, stated: dict[str, tuple[int, str]], script: Path) -> str | None:
-        """One line where point.json's layout is not what `script` runs (`stated`: by layout field, the value
-        and where the script says it); None where they agree. A point.json edited by hand must not show, nor
-        run again as, a layout its job never ran."""
-        layout = self.point().layout
+    def layout_disagreement(self, stated: dict[str, tuple[int, str]], script: Path,
+                            layout: dict[str, Any] | None = None) -> str | None:
+        """One line where point.json's layout (`layout`, where the caller read it already) is not what
+        `script` runs (`stated`: by layout field, the value and where the script says it); None where they
+        agree. A point.json edited by hand must not show, nor run again as, a layout its job never ran."""
+        layout = self.point().layout if layout is None else layout
         differ = [f"layout.{key} is {layout[key]} but {script} runs {value} ({where})"
                   for key, (value, where) in stated.items() if isinstance(layout.get(key), int) and layout[key] != value]
         if not differ:
