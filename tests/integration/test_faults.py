@@ -699,7 +699,9 @@ def test_status_says_when_slurm_does_not_answer_and_does_not_wait_long(on_slurm,
     proc = run_bench("run", "--tag", "smoke", "--system", "local-slurm", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     folder = slurm_job_started(tmp_path)
-    assert "RUNNING" in run_bench("status", cwd=tmp_path).stdout
+    # recorded RUNNING before the controller hangs (accounting may still say PENDING a moment after the start)
+    until(lambda: "RUNNING" in run_bench("status", cwd=tmp_path).stdout and job(folder).state == "RUNNING",
+          "the job to be recorded RUNNING")
     with on_slurm.accounting_stopped(), on_slurm.controller_paused():
         began = time.monotonic()
         status = run_bench("status", cwd=tmp_path, timeout=120)
