@@ -264,7 +264,9 @@ class SlurmExecutor:
         try:
             return self._controlled(job_id) or accounted
         except _NoAnswer:
-            if accounted is None:
+            # accounting hears of a start moments late: its PENDING for a job recorded RUNNING is stale, and
+            # without the controller only a start it reports is news
+            if accounted is None or accounted.state != states.RUNNING:
                 raise
             return accounted
 
