@@ -6,7 +6,8 @@ standard library and the checkout. Nothing is launched: the parser is built and,
 `parse_args()` and `validate_args()` run on CPU with the GPU-architecture queries answered as the GPU named
 by --gpu (an A100 by default, the reference's), in the environment the caller gives (the jobscript's
 exports: validate_args reads some). It prints one JSON object on stdout and exits 0, or exits 2 with
-Megatron-LM's own message on stderr.
+Megatron-LM's own message on stderr. `... serve CHECKOUT` answers many checks, one JSON line each, on one
+import of the checkout: importing a current Megatron-LM costs about 10 s of CPU, a check milliseconds.
 """
 
 from __future__ import annotations
@@ -116,9 +117,37 @@ def _check(module: types.ModuleType, argv: list[str], world_size: int) -> dict[s
             "data_parallel_size": getattr(args, "data_parallel_size", None)}
 
 
+def _serve(module: types.ModuleType) -> int:
+    """Answer each line of stdin, {"argv": [...], "world_size": N, "env": {...}}, with one line on stdout:
+    {"ok": true, "answer": ...} or {"ok": false, "error": Megatron-LM's message}. Each check runs in the
+    environment it names on top of this process's own, which is put back afterwards."""
+    out = sys.stdout
+    base = dict(os.environ)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        os.environ.clear()
+        os.environ.update({**base, **request.get("env", {})})
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                reply = {"ok": True, "answer": _check(module, request["argv"], request.get("world_size", 1))}
+        except (AssertionError, ValueError, TypeError, KeyError) as exc:
+            reply = {"ok": False, "error": f"validate_args: {type(exc).__name__}: {exc}"}
+        except SystemExit:  # argparse's own error: its message went to stderr
+            reply = {"ok": False, "error": said.getvalue().strip()}
+        finally:
+            os.environ.clear()
+            os.environ.update(base)
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("flags", "check"))
+    parser.add_argument("what", choices=("flags", "check", "serve"))
     parser.add_argument("checkout")
     parser.add_argument("--gpu", choices=sorted(GPUS), default="a100")
     parser.add_argument("--world-size", type=int, default=1, help="WORLD_SIZE for validate_args (check)")
@@ -126,6 +155,8 @@ def main() -> int:
     cut = words.index("--") if "--" in words else len(words)  # after --: the trainer's arguments (check)
     ns = parser.parse_args(words[:cut])
     module = _prepare(os.path.abspath(ns.checkout), ns.gpu)
+    if ns.what == "serve":
+        return _serve(module)
     if ns.what == "flags":
         result: object = _flags(module)
     else:

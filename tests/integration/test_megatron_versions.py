@@ -26,16 +26,38 @@ from nlp_bench.spec.megatron.tables import read_table, table_for
 def _world_size(point) -> int:
     return point.layout.nodes * point.layout.devices_per_node
 
-def _own_check(snapshot: Path, point, argv: list[str]) -> subprocess.CompletedProcess:
-    """Megatron-LM's parse_args and validate_args on `argv`, in the environment the jobscript exports."""
-    env = {**os.environ, **{k: str(v) for k, v in point.env.items()}}
-    return subprocess.run(own_parser_command(sys.executable, "check", str(snapshot), "--world-size",
-                                             str(_world_size(point)), "--", *argv),
-                          capture_output=True, text=True, timeout=600, env=env)
+@pytest.fixture(scope="module")
+def own_check():
+    """Megatron-LM's parse_args and validate_args on a point's arguments, in the environment the jobscript
+    exports: one `serve` process a checkout answers every check of the module (its import is 10 s of CPU)."""
+    servers: dict[Path, subprocess.Popen] = {}
+
+    def check(snapshot: Path, point, argv: list[str]) -> subprocess.CompletedProcess:
+        if snapshot not in servers:
+            servers[snapshot] = subprocess.Popen(own_parser_command(sys.executable, "serve", str(snapshot)),
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.DEVNULL, text=True)
+        server = servers[snapshot]
+        request = {"argv": argv, "world_size": _world_size(point), "env": {k: str(v) for k, v in point.env.items()}}
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        line = server.stdout.readline()
+        assert line, f"Megatron-LM's parser of {snapshot} stopped (exit {server.poll()})"
+        reply = json.loads(line)
+        if reply["ok"]:
+            return subprocess.CompletedProcess(argv, 0, json.dumps(reply["answer"]) + "\n", "")
+        return subprocess.CompletedProcess(argv, 2, "", reply["error"])
+
+    yield check
+    for server in servers.values():
+        server.stdin.close()
+        server.wait(timeout=60)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tag", ["13", "175"])
-def test_megatron_lms_own_parser_accepts_the_rendered_arguments(snapshot, tag, bench, results, monkeypatch):
+def test_megatron_lms_own_parser_accepts_the_rendered_arguments(snapshot, tag, bench, results, monkeypatch,
+                                                                  own_check):
     """`bench run --tag T --trainer megatron-lm --dry-run` with MEGATRON_LM_REPO at the snapshot: the jobscript's
     arguments pass that Megatron-LM's own parse_args and validate_args, and `bench rules check` of the run
     says valid submission, naming the translations where the version needed them."""
@@ -50,7 +72,7 @@ def test_megatron_lms_own_parser_accepts_the_rendered_arguments(snapshot, tag, b
     point = megatron_point(tag, checkout)
     assert json.loads((script.parent / "point.json").read_text())["megatron_lm"] == point.megatron_lm
     argv = jobscript_args(script.read_text(), str(script))
-    done = _own_check(snapshot, point, argv)
+    done = own_check(snapshot, point, argv)
     assert done.returncode == 0, done.stderr[-3000:]
     answer = json.loads(done.stdout.splitlines()[-1])
     assert answer["world_size"] == _world_size(point) and answer["data_parallel_size"] == point.layout.dp
@@ -68,12 +90,12 @@ def test_megatron_lms_own_parser_accepts_the_rendered_arguments(snapshot, tag, b
         assert "--log-batch-size-to-tensorboard" in argv and "--use-flash-attn" in argv
         assert "read as the reference's own" not in out.output
 
-def test_megatron_lms_own_parser_refuses_what_it_does_not_have(unpacked):
+def test_megatron_lms_own_parser_refuses_what_it_does_not_have(unpacked, own_check):
     """The check would catch the break the issue found: the reference's arguments, untranslated, on 0.20."""
     snapshot = unpacked("megatron-lm-core_v0.20.0-d98e8a6.tar.gz")
     point = megatron_point("13", None)  # the reference's flags as they are
     argv = jobscript_args(render_jobscript(point), point.id)
-    done = _own_check(snapshot, point, argv)
+    done = own_check(snapshot, point, argv)
     assert done.returncode == 2 and "unrecognized arguments: --log-batch-size-to-tensorboard" in done.stderr
 
 def test_a_checkouts_version_and_commit(tmp_path):
@@ -167,7 +189,7 @@ def test_a_checkout_between_releases_has_a_change_where_its_git_history_holds_th
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tag", ["llama3-8b", "llama3-70b"])
-def test_megatron_lms_own_parser_accepts_the_llama_arguments(unpacked, tag, bench, results, monkeypatch):
+def test_megatron_lms_own_parser_accepts_the_llama_arguments(unpacked, tag, bench, results, monkeypatch, own_check):
     """The Llama tags' arguments (grouped-query attention, SwiGLU, RMSNorm, rope base, untied, no biases, mock
     data with the NullTokenizer) pass Megatron-LM 0.20's own parse_args and validate_args, and Megatron-LM's
     parsed model is the preset's."""
@@ -180,7 +202,7 @@ def test_megatron_lms_own_parser_accepts_the_llama_arguments(unpacked, tag, benc
     (script,) = results.glob("nlp/*/*_megatron-lm/jobscript.sbatch")
     argv = jobscript_args(script.read_text(), str(script))
     point = megatron_point(tag, read_checkout(snapshot))
-    done = _own_check(snapshot, point, argv)
+    done = own_check(snapshot, point, argv)
     assert done.returncode == 0, done.stderr[-3000:]
     answer = json.loads(done.stdout.splitlines()[-1])
     assert answer["data_parallel_size"] == point.layout.dp
@@ -192,7 +214,8 @@ def test_megatron_lms_own_parser_accepts_the_llama_arguments(unpacked, tag, benc
     assert argv[argv.index("--normalization") + 1] == "RMSNorm"
 
 @pytest.mark.slow
-def test_the_one_gpu_tag_runs_megatron_lm_without_apex_or_transformer_engine(unpacked, bench, results, monkeypatch):
+def test_the_one_gpu_tag_runs_megatron_lm_without_apex_or_transformer_engine(unpacked, bench, results, monkeypatch,
+                                                                             own_check):
     """gpu-small on local-gpu (the grid that put the two trainers side by side on an H100): Megatron-LM gets
     the local layers and none of the fusions that need Apex's kernels, its own parser accepts the arguments,
     and the built-in trainer's point gets none of those flags."""
@@ -209,7 +232,7 @@ def test_the_one_gpu_tag_runs_megatron_lm_without_apex_or_transformer_engine(unp
     assert argv[argv.index("--transformer-impl") + 1] == "local" and all(flag in argv for flag in local)
     assert not {"--transformer-impl", *local} & set(jobscript_args(builtin.read_text(), str(builtin)))
     point = megatron_point("gpu-small", read_checkout(snapshot))
-    done = _own_check(snapshot, point, argv)
+    done = own_check(snapshot, point, argv)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1])["world_size"] == 1
 
