@@ -95,7 +95,7 @@ def test_exports_open_where_they_go(bench, results, tmp_path):
         files[fmt] = tmp_path / f"t.{fmt}"
         assert bench("result", "export", "--format", fmt, "-o", str(files[fmt])).exit_code == 0
     cells = _latex_cells(files["tex"].read_text())
-    assert cells[0][:5] == ["system", "version", "queue", "JobID", "Job_Time"] and "Batch_Size" in cells[0]
+    assert cells[0][:4] == ["Model", "Nodes", "TP", "PP"] and "Global" in cells[0] and "batch" in cells[1]
     page = files["html"].read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>") and "<NA>" not in page
     assert "&lt;NA&gt;" not in page and "<td>-</td>" not in page and "<td></td>" in page
@@ -103,7 +103,9 @@ def test_exports_open_where_they_go(bench, results, tmp_path):
     assert "" in csv_row and "-" not in csv_row
     md_row = [c.strip() for c in files["md"].read_text().splitlines()[2].strip("|").split("|")]
     assert "" in md_row and "-" not in md_row
-    assert any(c == "" for c in cells[1])
+    tex = tmp_path / "c.tex"
+    assert bench("result", "export", "--format", "tex", "--columns", "Nodes,Tokens/sec", "-o", str(tex)).exit_code == 0
+    assert _latex_cells(tex.read_text())[1] == ["8", ""]
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no pdflatex (Debian: texlive-latex-base and "
                     "texlive-latex-recommended; .ci/run installs them)")

@@ -31,17 +31,34 @@ _DEFAULTS = LaunchOptions()
 
 
 def execute_run(results_dir: Path, benchmark_name: str, tag: str | None, system: str | None, dry_run: bool,
-                layout: dict, options: LaunchOptions = _DEFAULTS, trainer: str | None = None) -> int:
-    """`bench run`: one point (`layout`: the overrides of Benchmark.point, the batch rule among them).
-    Returns the exit code for the CLI: 0 success, 1 a job that failed."""
-    point = load_benchmark(benchmark_name).point(tag, system, trainer=trainer, **layout)
+                layout: dict, options: LaunchOptions = _DEFAULTS, trainer: str | None = None,
+                data_path: str | None = None) -> int:
+    """`bench run`: one point (`layout`: the overrides of Benchmark.point, the batch rule among them;
+    `data_path`: a dataset in place of the tag's). Returns the exit code for the CLI: 0 success, 1 a job
+    that failed."""
+    benchmark = load_benchmark(benchmark_name)
+    if tag is None:  # the benchmark's default, 175, is 96 nodes: nobody should submit that by leaving out a word
+        raise SpecError(f"give --tag, one of {', '.join(benchmark.tags)} (bench tag list says what each is for; smoke "
+                        "runs a tiny model on this machine in about a minute)")
+    point = benchmark.point(tag, system, trainer=trainer, train=_data(data_path), **layout)
     return run_stages(_order(results_dir, [point], dry_run, options))
+
+
+def _data(data_path: str | None) -> dict[str, str] | None:
+    """--data-path as the trainer's flag: absolute (the job runs in its point folder) and without a .bin or .idx
+    the user may have named; a ${NAME} of the site's is left for the job to expand."""
+    if data_path is None:
+        return None
+    if "$" not in data_path:
+        path = Path(data_path).expanduser()
+        data_path = str((path.with_suffix("") if path.suffix in (".bin", ".idx") else path).absolute())
+    return {"data-path": data_path}
 
 
 def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: str | None, dry_run: bool,
                   no_rules: bool, max_points: int | None, verbose: bool, options: LaunchOptions = _DEFAULTS,
                   top: int | None = None, keep_unfit: bool = False, trainer: str | None = None,
-                  batch: str | None = None) -> int:
+                  batch: str | None = None, data_path: str | None = None) -> int:
     """`bench sweep`: every point of a grid file, streamed: points the planner predicts not to fit in device
     memory are dropped too (with the predicted memory; `keep_unfit` trusts the grid instead), and with
     `top` only the K points it predicts fastest are run. Every dropped point is logged with its reason.
@@ -50,6 +67,7 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
     from nlp_bench.sweep.grid import LAYOUT, Dropped, combinations, load_grid, outcomes
 
     grid = load_grid(grid_path)
+    grid.train.update(_data(data_path) or {})  # over the grid's own data-path, as over the tag's
     options = dataclasses.replace(options, force=options.force or keep_unfit)  # --no-plan: the unfit are wanted
     limit = max_points or DEFAULT_MAX_POINTS
     if top is not None and top > limit:

@@ -3,6 +3,8 @@ stderr and exit code 2; an old spelling of a command still works and says, once,
 
 from __future__ import annotations
 
+import difflib
+
 import click
 
 from nlp_bench.errors import BenchError
@@ -35,8 +37,44 @@ def os_line(exc: OSError) -> str:
     return f"{exc.filename}{other}: {reason}"
 
 
+def _commands(group: click.Group, path: str) -> list[tuple[str, str]]:
+    """(name, `bench ... name`) of every visible command under `group`, its groups' commands too."""
+    found = []
+    for name, command in group.commands.items():
+        if command.hidden:
+            continue
+        found.append((name, f"{path} {name}"))
+        if isinstance(command, click.Group):
+            found += _commands(command, f"{path} {name}")
+    return found
+
+
+def _elsewhere(ctx: click.Context, word: str, close: bool) -> str:
+    """Where a word that names no command of this group names one of another: `bench table` is `bench result
+    table`, `bench list` is `bench system list` or `bench tag list`, and, with `close`, `bench tabel` is `bench
+    result table`; '' where none is."""
+    root = ctx.find_root().command
+    if not isinstance(root, click.Group):
+        return ""
+    commands = _commands(root, "bench")
+    names = {name for name, _ in commands}
+    near = [word] if word in names else difflib.get_close_matches(word, names, n=2, cutoff=0.75) if close else []
+    return " or ".join(dict.fromkeys(f"`{path}`" for name in near for n, path in commands if n == name))
+
+
 class BenchGroup(click.Group):
-    """Turns every user-caused error, ours or click's, into one line on stderr and exit code 2."""
+    """Turns every user-caused error, ours or click's, into one line on stderr and exit code 2; a word that
+    names no command here is answered with the closest of this group's, else with the command of another
+    group it names (`bench table`: did you mean `bench result table`?)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        word = args[0] if args else ""
+        if word and not word.startswith("-") and self.get_command(ctx, word) is None:
+            # a command of that very name elsewhere first, then click's closest of this group's, then elsewhere's
+            where = _elsewhere(ctx, word, close=not difflib.get_close_matches(word, self.commands))
+            if where:
+                raise click.UsageError(f"No such command {word!r}; did you mean {where}?", ctx)
+        return super().resolve_command(ctx, args)
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         try:

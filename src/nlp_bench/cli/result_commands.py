@@ -184,12 +184,18 @@ def result_report(ctx: click.Context, run_refs: tuple[str, ...], output: Path, r
                    "run, the logs, software versions and the rules verdict.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="The file to write (the new folder for --format submission).")
+@click.option("--columns", "column_names", default=None, metavar="A,B,C",
+              help="Write these columns, in this order (default: all; tex: the layout and the figures).")
 @click.pass_context
-def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Path) -> None:
-    """Write the result table of RUN (default: the newest) to a file, or RUN as a submission bundle."""
+def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Path, column_names: str | None) -> None:
+    """Write the result table of RUN (default: the newest) to a file, or RUN as a submission bundle. The tex
+    table is made for a paper: booktabs rules, a caption and a label, headers in words, figures right-aligned."""
     from nlp_bench.app.views import View
-    from nlp_bench.report.table import export
+    from nlp_bench.report.table import export, resolve_columns
 
+    columns = resolve_columns(column_names) if column_names else None
+    if columns and fmt == "submission":
+        raise click.UsageError("--columns: a submission bundle keeps every column")
     if not output.parent.is_dir():
         raise click.UsageError(f"{output.parent} does not exist (or is not a folder); make it first, or write "
                                "the export elsewhere")
@@ -204,7 +210,7 @@ def result_export(ctx: click.Context, run_ref: str | None, fmt: str, output: Pat
     else:
         if output.is_dir():
             raise click.UsageError(f"{output} is a folder; a {fmt} export is one file")
-        export(view.rows(run_), fmt, output)
+        export(view.rows(run_), fmt, output, columns)
         click.echo(f"wrote {output} ({fmt}, run {run_.id})")
     view.tell()
 

@@ -11,11 +11,12 @@ import click
 from nlp_bench import __version__
 from nlp_bench.cli.one_line import BenchGroup
 from nlp_bench.cli.plan_commands import bench_plan
-from nlp_bench.cli.result_commands import bench_parse, result
+from nlp_bench.cli.result_commands import bench_parse, result, result_report
 from nlp_bench.cli.rules_commands import rules
 from nlp_bench.cli.run_commands import bench_run, cancel, status, sweep
 from nlp_bench.cli.setup_commands import bench_setup
 from nlp_bench.cli.site_commands import bench_doctor, data, system
+from nlp_bench.cli.tag_commands import tag
 
 
 @click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,9 +29,10 @@ def cli(ctx: click.Context, results_dir: Path) -> None:
     ctx.obj = {"results_dir": results_dir}
 
 
-for command in (bench_run, sweep, status, cancel, result, bench_parse, bench_plan, rules, system, bench_doctor, data,
-                bench_setup):
+for command in (bench_run, sweep, status, cancel, result, bench_parse, bench_plan, rules, system, tag, bench_doctor,
+                data, bench_setup):
     cli.add_command(command)
+cli.add_command(result_report, "report")  # what people type for `bench result report`
 
 
 def main() -> None:

@@ -63,6 +63,14 @@ def launch_options(command):
                         help="Run again the points of RUN that did not complete (nothing else is read).")(command)
 
 
+def data_option(command):
+    """--data-path: a dataset of the site's in place of the tag's (the reference's OSCAR, or mock data)."""
+    return click.option(
+        "--data-path", default=None, metavar="PREFIX",
+        help="Train on this Megatron indexed dataset (PREFIX.bin and PREFIX.idx, as `bench data preprocess` "
+             "writes them) instead of the tag's data (mock data, or $NLP_BENCH_DATA/oscar_text_document).")(command)
+
+
 def _resume_takes_no(**given) -> None:
     """A resumed run reruns its own jobscripts: options that would change them cannot apply."""
     clash = [name.replace("_", "-") for name, value in given.items() if value is not None]
@@ -73,7 +81,7 @@ def _resume_takes_no(**given) -> None:
 
 
 @click.command("run")
-@click.option("--tag", default=None, help="Benchmark tag: 13, 175 (default, as in the reference), smoke, ...")
+@click.option("--tag", default=None, help="Benchmark tag (needed): smoke, 13, 175, ... (bench tag list).")
 @click.option("--system", default=None, help="System profile from slurm/systems/ (default: the tag's).")
 @click.option("--benchmark", "benchmark_name", default="nlp", show_default=True,
               help="Benchmark name in benchmark/ or a path to a benchmark YAML file.")
@@ -87,10 +95,11 @@ def _resume_takes_no(**given) -> None:
               help="Train this global batch (gas follows from dp x mbs).")
 @click.option("--dry-run", is_flag=True, help="Write the workspace and jobscript; do not submit.")
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until the job ends, then print the row.")
+@data_option
 @launch_options
 @click.pass_context
 def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, batch, global_batch_size,
-              dry_run, wait_, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
+              dry_run, wait_, data_path, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm). A point the
     planner predicts not to fit, or a site profile a job cannot run from as it is, is refused (--dry-run
     warns)."""
@@ -101,12 +110,12 @@ def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mb
     if resume_ref:
         _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch,
                          global_batch_size=global_batch_size, hang_timeout=hang_timeout, trainer=trainer,
-                         sbatch=" ".join(k for k, _ in sbatch) or None,
+                         sbatch=" ".join(k for k, _ in sbatch) or None, data_path=data_path,
                          benchmark=None if benchmark_name == "nlp" else benchmark_name)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     ctx.exit(execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
                          dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch or DEFAULT_BATCH_RULE,
-                              global_batch_size=global_batch_size), options, trainer))
+                              global_batch_size=global_batch_size), options, trainer, data_path))
 
 
 @click.command()
@@ -124,10 +133,11 @@ def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mb
 @click.option("--no-plan", is_flag=True, help="Keep points the planner predicts not to fit in device memory.")
 @_BATCH
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until every job ends, then print the table.")
+@data_option
 @launch_options
 @click.pass_context
 def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_points, no_rules, verbose, top, no_plan,
-          batch, wait_, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
+          batch, wait_, data_path, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
     """Run every point of a GRID file (matrix, zip, derived, exclude, constraints), or --resume RUN."""
     from nlp_bench.app.execute import LaunchOptions, execute_sweep, resume
 
@@ -136,12 +146,13 @@ def sweep(ctx: click.Context, grid: Path | None, tag, system, dry_run, max_point
     if resume_ref:
         _resume_takes_no(grid=grid, tag=tag, system=system, max_points=max_points, no_rules=no_rules or None,
                          hang_timeout=hang_timeout, top=top, no_plan=no_plan or None, trainer=trainer, batch=batch,
-                         sbatch=" ".join(k for k, _ in sbatch) or None)
+                         sbatch=" ".join(k for k, _ in sbatch) or None, data_path=data_path)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     if grid is None:
         raise click.UsageError("give a GRID file, or --resume RUN")
     ctx.exit(execute_sweep(ctx.obj["results_dir"], grid, tag, system, dry_run, no_rules, max_points, verbose,
-                           options, top, keep_unfit=no_plan, trainer=trainer, batch=batch))
+                           options, top, keep_unfit=no_plan, trainer=trainer, batch=batch,
+                           data_path=data_path))
 
 
 @click.command()

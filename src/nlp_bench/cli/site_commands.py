@@ -1,5 +1,6 @@
-"""The site: `bench system detect` (a profile from the live Slurm), `bench doctor` (is a first run ready)
-and `bench data preprocess` (training data in Megatron's indexed format)."""
+"""The site: `bench system list|show|detect` (the profiles there are, one of them whole, a new one from the live
+Slurm), `bench doctor` (is a first run ready) and `bench data preprocess` (training data in Megatron's indexed
+format)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,30 @@ from nlp_bench.spec.trainers import TRAINERS
 @click.group(cls=BenchGroup)
 def system() -> None:
     """System profiles: the site layer in slurm/systems/."""
+
+
+@system.command("list")
+def system_list() -> None:
+    """The system profiles of slurm/systems/ (shipped and the site's own): scheduler, launcher, devices per
+    node, peak and partition. `bench system show NAME` prints one whole."""
+    from nlp_bench.report.catalog import SYSTEM_COLUMNS, catalog_table, system_rows
+    from nlp_bench.report.table import terminal_width
+
+    rows, problems = system_rows()
+    click.echo(catalog_table(rows, SYSTEM_COLUMNS, terminal_width()), nl=False)
+    for line in problems:
+        click.echo(f"bench: warning: {line}", err=True)
+
+
+@system.command("show")
+@click.argument("name")
+def system_show(name: str) -> None:
+    """The profile NAME as its file holds it (YAML, with its comments and sources), once it has been checked."""
+    from nlp_bench.spec.systems import load_system
+
+    profile = Path(load_system(name).profile_path)
+    click.echo(f"# {profile}")
+    click.echo(profile.read_text(), nl=False)
 
 
 @system.command("detect")

@@ -236,32 +236,37 @@ EXPORTS = ("csv", "json", "md", "html", "tex", "parquet", "sqlite")
 SQL_TABLE = "results"
 
 
-def export(rows: list[dict[str, Any]], fmt: str, path: Path) -> None:
-    """Write the rows in one of EXPORT_FORMATS but `submission`; the file appears whole or not at all. What
-    the disk or the database refuses (a full disk, a read-only folder) is one line naming the file: pyarrow's
-    and sqlite's errors name none."""
+def export(rows: list[dict[str, Any]], fmt: str, path: Path, columns: list[str] | None = None) -> None:
+    """Write the rows in one of EXPORT_FORMATS but `submission`, with `columns` only where given (tex: a paper's
+    columns where not); the file appears whole or not at all. What the disk or the database refuses (a full
+    disk, a read-only folder) is one line naming the file: pyarrow's and sqlite's errors name none."""
     import sqlite3
 
     path = Path(path)
     try:
-        _export(rows, fmt, path)
+        _export(rows, fmt, path, columns)
     except (OSError, sqlite3.Error) as exc:
         reason = os_reason(exc) if isinstance(exc, OSError) else str(exc)
         raise ResultError(f"{path}: cannot write the {fmt} export: {reason}") from None
 
 
-def _export(rows: list[dict[str, Any]], fmt: str, path: Path) -> None:
+def _export(rows: list[dict[str, Any]], fmt: str, path: Path, columns: list[str] | None) -> None:
     if fmt in ("csv", "json", "md"):
-        write_text_atomic(path, render(rows, fmt))
+        write_text_atomic(path, render(rows, fmt, columns))
         return
     frame = rows_frame(rows)
+    if fmt == "tex":  # made for a paper (report.latex); every LaTeX special character escaped, headers too
+        from nlp_bench.report.latex import latex_table, paper_columns, runs_of
+
+        frame = frame[columns or paper_columns(frame)]
+        write_text_atomic(path, latex_table(frame, _shown(frame), runs_of(rows)))
+        return
+    frame = frame if columns is None else frame[columns]
     if fmt == "html":  # a whole page a browser opens as it is
         import html
 
         table = _shown(frame).to_html(index=False, escape=True, border=0)
         write_text_atomic(path, _PAGE.format(title=html.escape(f"nlp-bench results: {path.stem}"), table=table))
-    elif fmt == "tex":  # every LaTeX special character escaped, in the headers too (Batch_Size, 50%)
-        write_text_atomic(path, _shown(frame).to_latex(index=False, escape=True))
     elif fmt in ("parquet", "sqlite"):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:

@@ -185,7 +185,7 @@ class Benchmark:
             unrunnable = f"{why}: the tag's layout is NxD Training's, rendered and planned but not run here"
         if sys_.max_nodes is not None and layout.nodes > sys_.max_nodes:
             raise SpecError(f"{where} asks for {layout.nodes} nodes but system {sys_.name!r} has {sys_.max_nodes}")
-        flags = {**self.train, **(spec.get("train") or {}), **(train or {})}
+        flags = _given_data({**self.train, **(spec.get("train") or {}), **(train or {})}, train or {})
         clash = DERIVED_FLAGS & set(flags)
         if clash:
             raise SpecError(f"{where}: train may not set {', '.join(sorted(clash))} (they follow from model and layout)")
@@ -204,6 +204,14 @@ class Benchmark:
             layout = replace(layout, vp=chunks)
         return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
                      rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable, replaced_precision=replaced)
+
+
+def _given_data(flags: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
+    """The flags with the caller's dataset (--data-path, a grid's `train: {data-path: ...}`) in place of the
+    tag's mock data, which the trainer would otherwise be given beside it."""
+    if asked.get("data-path") and "mock-data" not in asked:
+        return {k: v for k, v in flags.items() if k != "mock-data"}
+    return flags
 
 
 def _system_precision(system: System, flags: dict[str, Any], asked: dict[str, Any],
