@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nlp_bench.app.record_checks import layout_disagreement
+from nlp_bench.app.refusals import point_refusals
 from nlp_bench.app.stage_records import LaunchOptions, Order, PointOnDisk, Written
 from nlp_bench.app.stages import launch_jobs, run_stages
 from nlp_bench.app.sweep_selection import DEFAULT_MAX_POINTS, SHOWN_LAYOUT, Selection
@@ -155,10 +156,7 @@ def _preflight(points: list[Point], predicted: dict[str, dict], dry_run: bool, f
     there), refuse the submission in one line; a dry run says the same as warnings."""
     from nlp_bench.app.doctor import FAIL, WARN, site_checks
 
-    problems = [f"{p.id}: {p.unrunnable}" for p in points if p.unrunnable]
-    problems += [f"{p.id} is predicted not to fit: {predicted[p.id]['reason']} (bench plan; --force submits it anyway)"
-                 for p in points if not force and p.id in predicted and not predicted[p.id]["fits"]
-                 and not p.unrunnable]
+    problems = [line for p in points for line in point_refusals(p, predicted.get(p.id), force)]
     seen, warned = set(), set()
     for point in points:  # the points of a run share their system; their flags name the data
         key = repr(sorted(point.train.items()))

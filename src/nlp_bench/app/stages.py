@@ -13,6 +13,7 @@ from typing import Any
 
 from nlp_bench.analysis.results import Problems, analysed_points
 from nlp_bench.app.local_jobs import Interrupted, alone, chain, run_here
+from nlp_bench.app.refusals import point_refusals
 from nlp_bench.app.stage_records import (
     Done,
     Finished,
@@ -39,10 +40,14 @@ from nlp_bench.store.runs import create_run
 def render_scripts(order: Order) -> Rendered:
     """Every point's point.json record and scripts, made in memory: nothing is written or launched."""
     hang = order.options.hang_timeout_s
-    return Rendered(order, tuple(
-        RenderedPoint(PointRecord(point.to_dict()), render_jobscript(point, hang), render_compile_script(point),
-                      order.predicted.get(point.id))
-        for point in order.points))
+
+    def rendered(point: Point) -> RenderedPoint:
+        # the header says what a submission would refuse (a dry run writes such a point; a run stops before)
+        refused = point_refusals(point, order.predicted.get(point.id), order.options.force)
+        return RenderedPoint(PointRecord(point.to_dict()), render_jobscript(point, hang, refused=refused),
+                             render_compile_script(point, refused=refused), order.predicted.get(point.id))
+
+    return Rendered(order, tuple(map(rendered, order.points)))
 
 
 def write_run(rendered: Rendered) -> Written | Done:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 import jinja2
@@ -77,9 +78,11 @@ def train_flags(train: dict[str, Any]) -> list[str]:
 _RUN_ONLY = ("train-iters", "train-samples", "save", "load", "save-interval", "tensorboard-dir", "exit-duration-in-mins")
 
 
-def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_job: bool = False) -> str:
+def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_job: bool = False,
+                     refused: Sequence[str] = ()) -> str:
     """The jobscript text for a point; deterministic, so committed reference scripts can be diffed. With
-    `compile_job`, the script of the compile job that precedes it on systems with a compile_command."""
+    `compile_job`, the script of the compile job that precedes it on systems with a compile_command. `refused`:
+    why `bench run` refuses to submit the point (app.refusals), which the header says in place of "runnable"."""
     sbatch = {**point.system.sbatch, **point.sbatch}
     job_name = sbatch.pop("job-name", f"nlp-bench-{point.tag}")
     env = {key: shell_value(value) for key, value in point.env.items()}
@@ -113,12 +116,12 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
         launch_prefix=f'${{NLP_BENCH_COMPILE_COMMAND:-{point.system.compile_command}}} ' if compile_job else "",
         hang_timeout_s=0 if compile_job else HANG_TIMEOUT_S if hang_timeout_s is None else int(hang_timeout_s),
         neuron_cc_flags=shell_value(point.system.neuron_cc_flags), packages=" ".join(PROVENANCE_PACKAGES),
-        package_prefix=PROVENANCE_PACKAGE)
+        package_prefix=PROVENANCE_PACKAGE, refused=[" ".join(line.split()) for line in refused])
 
 
-def render_compile_script(point: Point) -> str | None:
+def render_compile_script(point: Point, refused: Sequence[str] = ()) -> str | None:
     """The compile job's script, or None on a system without ahead-of-time compilation."""
-    return render_jobscript(point, compile_job=True) if point.system.compile_command else None
+    return render_jobscript(point, compile_job=True, refused=refused) if point.system.compile_command else None
 
 
 SETUP_TEMPLATE = "setup_megatron_lm.sbatch.j2"
