@@ -25,7 +25,8 @@ _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2,
            "Predicted_Tokens/sec": 2, "Predicted/Measured": 3, "Joules/token": 4, "Report_kWh": 2}
 #: The pretty table's default columns, most wanted first: when the terminal is too narrow for all of them,
 #: the last ones go first. JUBE's core columns lead (what was measured and on which layout, then where and
-#: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one.
+#: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one. The figures,
+#: the state and the columns that tell rows apart come before all of them (fit_columns).
 PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Tokens/sec", "time_to_report_in_seconds",
             "Avg_TFLOPs/GPU", "Batch_Size", "Iterations", "system", "JobID", "Job_Time", "queue", "version",
             "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec", "XLA_Graphs/step",
