@@ -64,9 +64,11 @@ def _watch(executor: Executor, folder: Path, point: PointRecord) -> str:
                 bar.update(info=state.lower())
                 return
             tps = follower.figure.value
-            figure = f"{tps:,.0f} tokens/s (JUBE: every interval so far)" if tps else "tokens/s not known yet"
             loss = f", loss {rec.loss:.3f}" if rec.loss is not None else ""
-            bar.update(completed=rec.iteration, total=rec.total_iterations, info=figure + loss)
+            # the figures first: a narrow line cuts the explanation at its end
+            info = (f"{tps:,.0f} tokens/s{loss} (tokens/s: JUBE's, every interval so far)" if tps
+                    else f"tokens/s not known yet{loss}")
+            bar.update(completed=rec.iteration, total=rec.total_iterations, info=info)
 
         return wait(executor, folder, interval_s=0.5, on_poll=on_poll)
 

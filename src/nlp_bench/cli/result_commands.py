@@ -35,16 +35,18 @@ def result_table(ctx: click.Context, run_refs: tuple[str, ...], all_runs: bool, 
                  where: str | None, fmt: str, reference: bool, wide: bool, column_names: str | None) -> None:
     """Print the result table of RUNs (run ids, prefixes or folders; default: the newest run). The pretty
     table keeps the columns that fit the terminal's width (COLUMNS where set; no limit when writing to a pipe
-    or file) and names the ones it left out."""
+    or file): Tokens/sec, time to report and the columns --filter and --sort name always; a value alike on
+    every row is said once above it, and a last line names the columns left out."""
     from nlp_bench.app.views import View
-    from nlp_bench.report.table import render, resolve_columns, select, terminal_width
+    from nlp_bench.report.table import named_columns, render, resolve_columns, select, terminal_width
 
     if wide and column_names:
         raise click.UsageError("--wide and --columns: give one")
     columns = resolve_columns(column_names) if column_names else None
     view = View(ctx.obj["results_dir"])
     rows = view.table_rows(run_refs, all_runs, reference)
-    click.echo(render(select(rows, sort, where), fmt, columns, terminal_width(), wide), nl=False)
+    click.echo(render(select(rows, sort, where), fmt, columns, terminal_width(), wide, named_columns(sort, where)),
+               nl=False)
     view.tell()
 
 

@@ -61,34 +61,58 @@ def missing_status(point_id: str) -> dict[str, Any]:
 _PRIORITY = ("point", "state", "iteration", "tokens/s", "ETA", "elapsed", "job", "failure")
 
 
-def status_table(rows: list[dict[str, Any]], title: str, width: int | None = None):
-    """One line per point. With a `width`, the columns that fit it whole, by _PRIORITY (the failure takes what
-    is left, cut with an ellipsis: state.json and `bench result table --wide` keep it whole); the caption
-    names the columns left out."""
-    from rich import box
-    from rich.table import Table
-
+def _fit(rows: list[dict[str, Any]], columns: list[str], width: int | None) -> tuple[list[str], int]:
+    """The columns that fit `width` whole, by _PRIORITY (the failure counts 7 characters: it takes what is
+    left), and the width they take."""
     from nlp_bench.report.table import CELL_EXTRA, EDGE
 
-    whole = {c: max([len(c), *(len(str(row[c])) for row in rows)]) for c in STATUS_COLUMNS}
     kept, used = [], EDGE
-    for column in _PRIORITY:
-        need = (7 if column == "failure" else whole[column]) + CELL_EXTRA
+    for column in (c for c in _PRIORITY if c in columns):
+        need = (7 if column == "failure" else _whole(rows, column)) + CELL_EXTRA
         if width is None or used + need <= width:
             kept.append(column)
             used += need
-    left_out = [c for c in STATUS_COLUMNS if c not in kept and (c != "failure" or any(row[c] for row in rows))]
+    return kept, used
+
+
+def _whole(rows: list[dict[str, Any]], column: str) -> int:
+    return max([len(column), *(len(str(row[column])) for row in rows)])
+
+
+def status_table(rows: list[dict[str, Any]], title: str, width: int | None = None):
+    """One line per point. A column alike on every row of two or more is said once in the caption instead;
+    with a `width`, the columns that fit it whole, by _PRIORITY, the point ids shortened to what tells them
+    apart where not all fit (the failure takes what is left, cut with an ellipsis: state.json and `bench
+    result table --wide` keep it whole); the caption names the columns left out."""
+    from rich import box
+    from rich.table import Table
+
+    from nlp_bench.report.condense import common_line, same_on_every_row, shorter_ids
+    from nlp_bench.report.table import CELL_EXTRA
+
+    common = same_on_every_row(STATUS_COLUMNS, [[str(row[c]) for c in STATUS_COLUMNS] for row in rows], ("point",))
+    columns = [c for c in STATUS_COLUMNS if c not in common]
+    kept, used = _fit(rows, columns, width)
+    said = {c: common[c] for c in STATUS_COLUMNS if c in common}
+    if len(kept) < len(columns):
+        short, pattern = shorter_ids([row["point"] for row in rows])
+        rows = [{**row, "point": short[row["point"]]} for row in rows]
+        said = {"point": pattern, **said} if pattern else said
+        kept, used = _fit(rows, columns, width)
+    left_out = [c for c in columns if c not in kept and (c != "failure" or any(row[c] for row in rows))]
     captions = ["tokens/s: JUBE's figure, every interval logged so far" if "tokens/s" in kept else "",
+                common_line(said, None).rstrip("\n"),
                 f"left out for the width: {', '.join(left_out)}" if left_out else ""]
     table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold",
                   caption="\n".join(c for c in captions if c) or None)
     shown = [c for c in STATUS_COLUMNS if c in kept]
     for column in shown:
+        whole = _whole(rows, column)
         if column == "failure":  # what the other columns leave, so that rich has nothing to squeeze
-            room = whole[column] if width is None else max(7, width - (used - 7 - CELL_EXTRA) - CELL_EXTRA)
-            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=min(room, whole[column]))
+            room = whole if width is None else max(7, width - (used - 7 - CELL_EXTRA) - CELL_EXTRA)
+            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=min(room, whole))
         else:
-            table.add_column(column, no_wrap=True, min_width=whole[column])
+            table.add_column(column, no_wrap=True, min_width=whole)
     for row in rows:
         table.add_row(*(str(row[c]) for c in shown))
     return table

@@ -9,13 +9,15 @@ import math
 import os
 import re
 import textwrap
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nlp_bench.analysis.results import RESULT_COLUMNS, rows_frame
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import dumps, write_text_atomic
+from nlp_bench.report.condense import common_line, run_prefixes, same_on_every_row, shorter_ids
 from nlp_bench.store.files import os_reason
 
 #: Digits shown per column; the files keep full precision except where rounding is the published form.
@@ -23,11 +25,14 @@ _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2,
            "Predicted_Tokens/sec": 2, "Predicted/Measured": 3, "Joules/token": 4, "Report_kWh": 2}
 #: The pretty table's default columns, most wanted first: when the terminal is too narrow for all of them,
 #: the last ones go first. JUBE's core columns lead (what was measured and on which layout, then where and
-#: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one.
+#: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one. The figures,
+#: the state and the columns that tell rows apart come before all of them (fit_columns).
 PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Tokens/sec", "time_to_report_in_seconds",
             "Avg_TFLOPs/GPU", "Batch_Size", "Iterations", "system", "JobID", "Job_Time", "queue", "version",
             "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec", "XLA_Graphs/step",
             "XLA_Compiles")
+#: the benchmark's figures: every fitted table keeps them, however narrow
+_FIGURES = ("Tokens/sec", "time_to_report_in_seconds")
 _PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
 #: what torch-xla's graphs cost (result.json's "xla"), shown where some row ran on xla
 _XLA = ("XLA_Graphs/step", "XLA_Compiles")
@@ -111,10 +116,13 @@ def resolve_columns(names: str) -> list[str]:
 
 @dataclass(frozen=True)
 class ColumnChoice:
-    """The columns a pretty table shows, and the default ones it left out for the width."""
+    """The columns a pretty table shows, the rows as it shows them (long ids shortened where that was needed
+    to fit), the columns alike on every row (with their value, said once) and the default ones it left out."""
 
     shown: list[str]
     left_out: list[str]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    common: dict[str, str] = field(default_factory=dict)
 
 
 def _content_width(rows: list[dict[str, Any]], column: str) -> int:
@@ -123,23 +131,52 @@ def _content_width(rows: list[dict[str, Any]], column: str) -> int:
     return max([*(len(w) for w in column.split("_")), *(len(format_cell(column, row.get(column))) for row in rows)])
 
 
-def fit_columns(rows: list[dict[str, Any]], width: int | None) -> ColumnChoice:
-    """The default columns that fit `width` (None: no limit): first those of _IDENTITY whose values differ
-    between the rows (else the point, where rows would look alike), then by PRIORITY (a column too wide for
-    what is left gives way to narrower ones after it); shown in the published order."""
-    hidden = {*(() if any(row.get(_PREDICTED[0]) is not None for row in rows) else _PREDICTED),
-              *(() if any(row.get(_XLA[1]) is not None for row in rows) else _XLA)}
-    differ = [c for c in _IDENTITY if len({format_cell(c, row.get(c)) for row in rows}) > 1]
-    if len(rows) > 1 and not differ:
-        differ = ["point"]
-    wanted = [*differ, *(c for c in PRIORITY if c not in hidden and c not in differ)]
+def _fit(rows: list[dict[str, Any]], wanted: list[str], always: set[str], width: int | None) -> list[str]:
+    """The columns of `wanted` that fit `width`, in its order; those in `always` whatever their width."""
     kept, used = [], EDGE
     for column in wanted:
         need = _content_width(rows, column) + CELL_EXTRA
-        if width is None or used + need <= width or not kept:
+        if width is None or column in always or used + need <= width or not kept:
             kept.append(column)
             used += need
-    return ColumnChoice([c for c in RESULT_COLUMNS if c in kept], [c for c in RESULT_COLUMNS if c not in kept])
+    return kept
+
+
+def _short_ids(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The rows with their run ids as unique prefixes and their point ids without the parts all share; the
+    pattern of the point ids, where they were shortened."""
+    runs = run_prefixes([row["run"] for row in rows if row.get("run")])
+    points, pattern = shorter_ids([row["point"] for row in rows if row.get("point")])
+    short = [{**row, "run": runs.get(row.get("run"), row.get("run")),
+              "point": points.get(row.get("point"), row.get("point"))} for row in rows]
+    return short, ({"point": pattern} if pattern else {})
+
+
+def fit_columns(rows: list[dict[str, Any]], width: int | None, keep: Sequence[str] = ()) -> ColumnChoice:
+    """The default columns that fit `width` (None: no limit). The columns of `keep` (those --filter and
+    --sort name) and the benchmark's figures always stay; then the state; then those of _IDENTITY whose
+    values differ between the rows (else the point, where rows would look alike), then by PRIORITY (a
+    column too wide for what is left gives way to narrower ones after it). A column alike on every row of
+    two or more is said once instead (ColumnChoice.common); where not all fit, long ids are shortened
+    before any column is left out. Shown in the published order."""
+    hidden = {*(() if any(row.get(_PREDICTED[0]) is not None for row in rows) else _PREDICTED),
+              *(() if any(row.get(_XLA[1]) is not None for row in rows) else _XLA)}
+    candidates = list(dict.fromkeys(c for c in (*_IDENTITY, *PRIORITY) if c not in hidden))
+    always = {*keep, *_FIGURES}
+    common = same_on_every_row(candidates, [[format_cell(c, row.get(c)) for c in candidates] for row in rows],
+                               keep=list(always))
+    differ = [c for c in _IDENTITY if len({format_cell(c, row.get(c)) for row in rows}) > 1]
+    if len(rows) > 1 and not differ:
+        differ = ["point"]
+    wanted = list(dict.fromkeys([*keep, *_FIGURES, *(["state"] if "state" not in common else []), *differ,
+                                 *(c for c in PRIORITY if c not in hidden and c not in common)]))
+    kept = _fit(rows, wanted, always, width)
+    if width is not None and len(kept) < len(wanted):
+        short, patterns = _short_ids(rows)
+        rows, kept = short, _fit(short, wanted, always, width)
+        common = {**common, **patterns} if "point" in kept else common
+    left_out = [c for c in RESULT_COLUMNS if c not in kept and not common.get(c)]
+    return ColumnChoice([c for c in RESULT_COLUMNS if c in kept], left_out, rows, common)
 
 
 def pretty(rows: list[dict[str, Any]], columns: list[str], width: int | None = None) -> str:
@@ -167,16 +204,18 @@ def pretty(rows: list[dict[str, Any]], columns: list[str], width: int | None = N
 
 
 def render(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None, width: int | None = None,
-           wide: bool = False) -> str:
-    """The rows in one of TABLE_FORMATS, as text. The pretty table fits `width` (see fit_columns) unless `wide` or
-    `columns` say which to show, and ends with a line naming the columns it left out; csv, json and md keep
-    every column unless `columns` picks some."""
+           wide: bool = False, keep: Sequence[str] = ()) -> str:
+    """The rows in one of TABLE_FORMATS, as text. The pretty table fits `width` (see fit_columns; `keep`: the
+    columns it must show) unless `wide` or `columns` say which to show, opens with a line of the values alike
+    on every row and ends with one naming the columns it left out; csv, json and md keep every column
+    unless `columns` picks some."""
     if fmt == "pretty":
         if columns is not None or wide:  # asked for: shown whole, however wide
-            choice, width = ColumnChoice(columns or list(RESULT_COLUMNS), []), None
+            choice, width = ColumnChoice(columns or list(RESULT_COLUMNS), [], rows), None
         else:
-            choice = fit_columns(rows, width)
-        text = pretty(rows, choice.shown, width)
+            choice = fit_columns(rows, width, keep)
+        common = {c: choice.common[c] for c in RESULT_COLUMNS if c in choice.common}
+        text = common_line(common, width) + pretty(choice.rows, choice.shown, width)
         if choice.left_out:
             note = f"left out: {', '.join(choice.left_out)} (--wide: every column; --columns A,B: these)"
             text += "\n".join(textwrap.wrap(note, width or 100_000)) + "\n"
@@ -202,17 +241,11 @@ def select(rows: list[dict[str, Any]], sort: str | None = None, where: str | Non
     """The rows that satisfy `where` (an expression over the columns, e.g. "Nodes >= 96 and Tokens_sec > 3e4";
     a row missing a value it reads does not match), sorted by a column (`-COLUMN`: descending; empty
     values last)."""
-    from nlp_bench.errors import SpecError
-    from nlp_bench.sweep.expr import EvaluationError, Expression
+    from nlp_bench.sweep.expr import EvaluationError
 
     names = {_identifier(c): c for c in RESULT_COLUMNS}
     if where:
-        for column in sorted(RESULT_COLUMNS, key=len, reverse=True):  # Tokens/sec, as --sort and --columns take it
-            where = where.replace(column, _identifier(column))
-        expression = Expression(where, "--filter")
-        unknown = expression.names - set(names)
-        if unknown:
-            raise SpecError(f"--filter: unknown column {', '.join(sorted(unknown))}; columns: {', '.join(names)}")
+        expression = _filter(where)
         kept = []
         for row in rows:
             try:
@@ -222,14 +255,46 @@ def select(rows: list[dict[str, Any]], sort: str | None = None, where: str | Non
                 continue
         rows = kept
     if sort:
-        column = sort.lstrip("-")
-        column = names.get(_identifier(column), column)
-        if column not in RESULT_COLUMNS:
-            raise SpecError(f"--sort: unknown column {column!r}; columns: {', '.join(RESULT_COLUMNS)}")
+        column = _sort_column(sort)
         present = [r for r in rows if r.get(column) is not None]
         present.sort(key=lambda r: r[column], reverse=sort.startswith("-"))
         rows = present + [r for r in rows if r.get(column) is None]
     return rows
+
+
+def _filter(where: str):
+    """--filter's expression, its column names as identifiers (Tokens/sec as --sort and --columns take it)."""
+    from nlp_bench.errors import SpecError
+    from nlp_bench.sweep.expr import Expression
+
+    names = {_identifier(c): c for c in RESULT_COLUMNS}
+    for column in sorted(RESULT_COLUMNS, key=len, reverse=True):
+        where = where.replace(column, _identifier(column))
+    expression = Expression(where, "--filter")
+    unknown = expression.names - set(names)
+    if unknown:
+        raise SpecError(f"--filter: unknown column {', '.join(sorted(unknown))}; columns: {', '.join(names)}")
+    return expression
+
+
+def _sort_column(sort: str) -> str:
+    """The result column --sort names (-COLUMN: the same column, descending)."""
+    from nlp_bench.errors import SpecError
+
+    column = sort.lstrip("-")
+    column = {_identifier(c): c for c in RESULT_COLUMNS}.get(_identifier(column), column)
+    if column not in RESULT_COLUMNS:
+        raise SpecError(f"--sort: unknown column {column!r}; columns: {', '.join(RESULT_COLUMNS)}")
+    return column
+
+
+def named_columns(sort: str | None, where: str | None) -> list[str]:
+    """The columns --filter and --sort name, in the published order: a fitted table always shows them."""
+    names = {_identifier(c): c for c in RESULT_COLUMNS}
+    named = {names[n] for n in _filter(where).names} if where else set()
+    if sort:
+        named.add(_sort_column(sort))
+    return [c for c in RESULT_COLUMNS if c in named]
 
 
 EXPORTS = ("csv", "json", "md", "html", "tex", "parquet", "sqlite")
