@@ -108,13 +108,14 @@ def run_line(benchmark: str, tag: str, system: str | None, base: points.Planned,
 
 
 def run_lines(benchmark: str, tag: str | None, system: str | None, model: str | None,
-              shown: list[Prediction]) -> list[str | None]:
-    """run_line of each layout shown; none where `model` replaced the tag's (no tag trains it)."""
-    if model is not None:
-        return [None] * len(shown)
+              shown: list[Prediction]) -> tuple[list[str | None], str | None]:
+    """(run_line of each layout shown, none where `model` replaced the tag's as no tag trains it; the name of
+    the submission rules the tag's runs are checked against, or None)."""
     point = load_benchmark(benchmark).point(tag, system)
+    if model is not None:
+        return [None] * len(shown), point.rules
     base = points.from_point(point)
-    return [run_line(benchmark, point.tag, system, base, p) for p in shown]
+    return [run_line(benchmark, point.tag, system, base, p) for p in shown], point.rules
 
 
 def predict_rows(results_dir: Path, path: Path) -> list[dict]:

@@ -109,12 +109,12 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
         return
     good, pruned, calibrated, base = planning.plan(ctx.obj["results_dir"], benchmark_name, tag, system, space, top,
                                                    model_name)
-    commands = planning.run_lines(benchmark_name, tag, system, model_name, good)
+    commands, rules = planning.run_lines(benchmark_name, tag, system, model_name, good)
     if as_json:
         click.echo(dumps([{**p.to_dict(), "calibrated": calibrated, "command": command}
                           for p, command in zip(good + pruned[:top], commands + [None] * top, strict=False)]))
     else:
-        click.echo(render_plan(good, pruned, calibrated, base, top, terminal_width(), commands), nl=False)
+        click.echo(render_plan(good, pruned, calibrated, base, top, terminal_width(), commands, rules), nl=False)
     ctx.exit(0 if good else 1)
 
 
@@ -125,11 +125,12 @@ def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, spa
     from nlp_bench.report.table import terminal_width
 
     best, calibrated, base = planning.target(ctx.obj["results_dir"], benchmark_name, tag, system, space, seconds)
-    command = None if best is None else planning.run_lines(benchmark_name, tag, system, None, [best])[0]
+    commands, rules = planning.run_lines(benchmark_name, tag, system, None, [] if best is None else [best])
+    command = commands[0] if commands else None
     if as_json:
         click.echo(dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated, "command": command}]))
     else:
-        click.echo(render_target(best, seconds, calibrated, base, terminal_width(), command), nl=False)
+        click.echo(render_target(best, seconds, calibrated, base, terminal_width(), command, rules), nl=False)
     ctx.exit(0 if best is not None else 1)
 
 

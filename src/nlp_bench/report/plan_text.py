@@ -45,9 +45,10 @@ def _table(shown: list, width: int | None) -> str:
     return folded(HEADERS, [_row(rank, p) for rank, p in enumerate(shown, 1)], width, _COLUMNS)
 
 
-def _commands(commands: list[str | None], width: int | None) -> str:
+def _commands(commands: list[str | None], width: int | None, rules: str | None = None) -> str:
     """Each row's `bench run` line, by its #: the point it makes is predicted as the row is; a line longer than
-    the width goes on over lines that end in a backslash, as a shell reads them."""
+    the width goes on over lines that end in a backslash, as a shell reads them. Where the tag has submission
+    rules, the lines that change what they keep (recompute, the distributed optimizer) are named."""
     if not any(commands):
         return "no `bench run` line: no tag trains the model planned (--model)\n" if commands else ""
     out = wrap("each row as a `bench run` line, its point predicted as the row (in a grid: axes vp, recompute, "
@@ -55,6 +56,12 @@ def _commands(commands: list[str | None], width: int | None) -> str:
     for rank, line in enumerate(commands, 1):
         if line is not None:
             out += _folded_command(f"#{rank}".rjust(3) + "  ", line, width) + "\n"
+    departing = [f"#{rank}" for rank, line in enumerate(commands, 1)
+                 if line and ("--recompute" in line or "distributed-optimizer" in line)]
+    if rules and departing:
+        out += wrap(f"{', '.join(departing)} change recompute or the distributed optimizer, training arguments the "
+                    f"{rules} rules keep as the tag has them: `bench rules check` calls such a run no submission",
+                    width) + "\n"
     return out
 
 
@@ -111,7 +118,7 @@ def _batch(shown: list, base) -> str:
 
 
 def render_plan(good: list, pruned: list, calibrated: bool, base, top: int, width: int | None = None,
-                commands: list[str | None] | None = None) -> str:
+                commands: list[str | None] | None = None, rules: str | None = None) -> str:
     """The ranked layouts, the `bench run` line of each (`commands`, by row), then what was pruned and why; with a
     `width`, every line fits it."""
     out = [_basis(calibrated, base, width)]
@@ -120,7 +127,7 @@ def render_plan(good: list, pruned: list, calibrated: bool, base, top: int, widt
     if good:
         out.append(_table(good, width))
         out.append(_legend(good, width))
-        out.append(_commands(commands or [], width))
+        out.append(_commands(commands or [], width, rules))
     else:
         out.append("no layout both runs and fits in device memory; the pruned ones below say why\n")
     if pruned:
@@ -138,7 +145,7 @@ def render_plan(good: list, pruned: list, calibrated: bool, base, top: int, widt
 
 
 def render_target(best, seconds: float, calibrated: bool, base, width: int | None = None,
-                  command: str | None = None) -> str:
+                  command: str | None = None, rules: str | None = None) -> str:
     out = [_basis(calibrated, base, width)]
     if best is None:
         limit = base.system.max_nodes
@@ -147,7 +154,7 @@ def render_target(best, seconds: float, calibrated: bool, base, width: int | Non
     out.append(f"fewest nodes for time_to_report <= {seconds:g} s: {best.candidate.layout.nodes}\n")
     out.append(_table([best], width))
     out.append(_legend([best], width))
-    out.append(_commands([command], width))
+    out.append(_commands([command], width, rules))
     return "".join(out)
 
 

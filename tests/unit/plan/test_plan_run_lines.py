@@ -64,8 +64,8 @@ def test_the_lines_are_the_rows_unrounded_prediction(bench, results):
     good, _, _, _ = planning.plan(results, "nlp", "175", None, {"nodes": (), "tp": None, "pp": None, "vp": None,
                                                                "mbs": None, "gas": None, "global_batch_size": None,
                                                                "batch": None}, 1)
-    (line,) = planning.run_lines("nlp", "175", None, None, good)
-    assert line == "bench run --tag 175 --pp 16 --vp 6 --recompute none"
+    (line,), rules = planning.run_lines("nlp", "175", None, None, good)
+    assert line == "bench run --tag 175 --pp 16 --vp 6 --recompute none" and rules == "jupiter"
     assert bench(*shlex.split(line)[1:], "--dry-run").exit_code == 0
     (predicted,) = _predictions(results).values()
     assert (predicted["tokens_per_s"], predicted["memory_gib"]) == (good[0].tokens_per_s, good[0].memory_gib)
@@ -81,6 +81,10 @@ def test_the_text_names_each_rows_line_within_the_width(bench, monkeypatch):
     joined = re.sub(r" \\\n +", " ", text)  # the continued lines, as a shell reads them
     said = dict(re.findall(r"^ *#(\d+)  (bench run .*)$", joined, re.M))
     assert said == {str(i): r["command"] for i, r in enumerate(rows, 1) if r["fits"]}
+    # the tag's rules keep its recompute: the lines that change it are no submission, and the plan says so
+    ranks = ", ".join(f"#{rank}" for rank in said)  # every row recomputes fully, the tag selectively
+    assert f"{ranks} change recompute or the distributed optimizer, training arguments the jupiter rules keep as " \
+           "the tag has them: `bench rules check` calls such a run no submission" in " ".join(text.split())
 
 
 def test_a_model_no_tag_trains_has_no_line(bench):
