@@ -76,7 +76,8 @@ class DefaultGroup(BenchGroup):
         if command is None:
             return
         own = click.Context(command, info_name=self.default, parent=ctx)
-        rows = [row for param in command.params if (row := param.get_help_record(own)) is not None]
+        rows = [row for param in command.params if isinstance(param, click.Option)
+                and (row := param.get_help_record(own)) is not None]
         if rows:
             with formatter.section(f"Options without a command (those of `{ctx.command_path} {self.default}`)"):
                 formatter.write_dl(rows)

@@ -63,3 +63,4 @@ def test_plan_help_lists_the_options_plan_takes(bench):
     section = out.output.split("Options without a command", 1)[1]
     for option in ("--tag", "--system", "--nodes", "--vp", "--recompute", "--top", "--json", "--model"):
         assert re.search(rf"^\s+{option}\b", section, re.M), out.output
+    assert out.output.splitlines()[-1].strip()  # no empty entry for the RUN arguments
