@@ -16,7 +16,7 @@ from nlp_bench.spec.benchmark import load_benchmark
 #: The keys every object of `bench plan --json` has (docs/design.md, "Contracts"; tests pin them).
 JSON_KEYS = ("nodes", "tp", "pp", "cp", "dp", "vp", "mbs", "gas", "global_batch_size", "recompute",
              "distributed_optimizer", "sequence_parallel", "memory_gib", "fits", "tokens_per_s", "tokens_per_s_low",
-             "tokens_per_s_high", "time_to_report_s", "extrapolated", "outside_corpus", "reason", "calibrated")
+             "tokens_per_s_high", "time_to_report_s", "extrapolated", "outside_corpus", "reason", "calibrated", "command")
 #: The keys of `bench plan validate --json` (docs/planner.md, "How far to trust it").
 VALIDATE_KEYS = ("id", "publication", "source", "model", "system", "nodes", "tp", "pp", "dp", "measured",
                  "predicted", "error", "interval", "inside")
@@ -84,6 +84,40 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
     return good[:top], pruned, calibrated, base
 
 
+def run_line(benchmark: str, tag: str, system: str | None, base: points.Planned, p: Prediction) -> str | None:
+    """The `bench run` line whose point is this layout, predicted as it is here (None for a layout that does not
+    fit or run): the tag, and what differs from the tag's own point (`--gas` where the global batch does, as the
+    tag's global batch is otherwise kept and gas follows from it)."""
+    import shlex
+
+    if not p.fits:
+        return None
+    lay, own, on, tag_on = p.candidate.layout, base.candidate.layout, p.candidate.switches, base.candidate.switches
+    words = ["bench", "run", *(["--benchmark", benchmark] if benchmark != "nlp" else []), "--tag", tag,
+             *(["--system", system] if system is not None else [])]
+    for name in ("nodes", "tp", "pp", "vp", "mbs"):
+        if getattr(lay, name) != getattr(own, name):
+            words += [f"--{name}", str(getattr(lay, name))]
+    if lay.global_batch_size != own.global_batch_size:
+        words += ["--gas", str(lay.gas)]
+    if on.recompute != tag_on.recompute:
+        words += ["--recompute", on.recompute]
+    if on.distributed_optimizer != tag_on.distributed_optimizer:
+        words.append("--distributed-optimizer" if on.distributed_optimizer else "--no-distributed-optimizer")
+    return shlex.join(words)
+
+
+def run_lines(benchmark: str, tag: str | None, system: str | None, model: str | None,
+              shown: list[Prediction]) -> tuple[list[str | None], str | None]:
+    """(run_line of each layout shown, none where `model` replaced the tag's as no tag trains it; the name of
+    the submission rules the tag's runs are checked against, or None)."""
+    point = load_benchmark(benchmark).point(tag, system)
+    if model is not None:
+        return [None] * len(shown), point.rules
+    base = points.from_point(point)
+    return [run_line(benchmark, point.tag, system, base, p) for p in shown], point.rules
+
+
 def predict_rows(results_dir: Path, path: Path) -> list[dict]:
     """`bench plan predict ROWS.yaml`: each stated layout's prediction with the keys of `bench plan --json`,
     its id and the names of its model and system; a row the planner cannot answer says why in `reason`."""
@@ -103,7 +137,7 @@ def predict_rows(results_dir: Path, path: Path) -> list[dict]:
         eff, calibrated = own[p.system.name]
         try:
             found = {**ranking.predict(p.model, p.system, p.candidate, eff, basis).to_dict(), "calibrated": calibrated,
-                     "model": p.model.name, "system": p.system.name}
+                     "command": None, "model": p.model.name, "system": p.system.name}
         except timing.NotPlannable as exc:
             found = _unanswered(row.stated, f"the planner cannot time {p.system.name}: {exc}")
         out.append({"id": row.id, **found})

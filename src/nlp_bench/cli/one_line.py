@@ -106,6 +106,20 @@ class DefaultGroup(BenchGroup):
             args = [self.default, *args]
         return super().parse_args(ctx, args)
 
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The group's options and commands, then the default command's options: they are what the group's
+        own word takes (`bench plan --help` lists `bench plan --tag`)."""
+        super().format_options(ctx, formatter)
+        command = self.commands.get(self.default)
+        if command is None:
+            return
+        own = click.Context(command, info_name=self.default, parent=ctx)
+        rows = [row for param in command.params if isinstance(param, click.Option)
+                and (row := param.get_help_record(own)) is not None]
+        if rows:
+            with formatter.section(f"Options without a command (those of `{ctx.command_path} {self.default}`)"):
+                formatter.write_dl(rows)
+
 
 def renamed(old: str, new: str) -> None:
     """An old spelling was used: it still works; say how it is spelled now."""

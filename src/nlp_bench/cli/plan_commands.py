@@ -51,7 +51,10 @@ def _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size, batch) -> 
 
 @click.group("plan", cls=DefaultGroup, default="rank")
 def bench_plan() -> None:
-    """Predict memory per device, tokens/s and time_to_report of layouts before running them."""
+    """Predict memory per device, tokens/s and time_to_report of layouts before running them.
+
+    Without a command, rank the tag's layouts (`bench plan --tag 175` is `bench plan rank --tag 175`, with
+    the options below): each row ends in the `bench run` line that runs it, predicted as the row is."""
 
 
 @bench_plan.command("rank")
@@ -106,10 +109,12 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
         return
     good, pruned, calibrated, base = planning.plan(ctx.obj["results_dir"], benchmark_name, tag, system, space, top,
                                                    model_name)
+    commands, rules = planning.run_lines(benchmark_name, tag, system, model_name, good)
     if as_json:
-        click.echo(dumps([{**p.to_dict(), "calibrated": calibrated} for p in good + pruned[:top]]))
+        click.echo(dumps([{**p.to_dict(), "calibrated": calibrated, "command": command}
+                          for p, command in zip(good + pruned[:top], commands + [None] * top, strict=False)]))
     else:
-        click.echo(render_plan(good, pruned, calibrated, base, top, terminal_width()), nl=False)
+        click.echo(render_plan(good, pruned, calibrated, base, top, terminal_width(), commands, rules), nl=False)
     ctx.exit(0 if good else 1)
 
 
@@ -120,10 +125,12 @@ def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, spa
     from nlp_bench.report.table import terminal_width
 
     best, calibrated, base = planning.target(ctx.obj["results_dir"], benchmark_name, tag, system, space, seconds)
+    commands, rules = planning.run_lines(benchmark_name, tag, system, None, [] if best is None else [best])
+    command = commands[0] if commands else None
     if as_json:
-        click.echo(dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated}]))
+        click.echo(dumps([] if best is None else [{**best.to_dict(), "calibrated": calibrated, "command": command}]))
     else:
-        click.echo(render_target(best, seconds, calibrated, base, terminal_width()), nl=False)
+        click.echo(render_target(best, seconds, calibrated, base, terminal_width(), command, rules), nl=False)
     ctx.exit(0 if best is not None else 1)
 
 
@@ -162,9 +169,10 @@ def plan_validate(ctx: click.Context, as_json: bool) -> None:
     from nlp_bench.app import planning
     from nlp_bench.fsio import dumps
     from nlp_bench.report.plan_text import render_validation
+    from nlp_bench.report.table import terminal_width
 
     found = planning.validate(ctx.obj["results_dir"])
-    click.echo(dumps(found) if as_json else render_validation(found), nl=as_json)
+    click.echo(dumps(found) if as_json else render_validation(found, terminal_width()), nl=as_json)
 
 
 @bench_plan.command("predict", epilog="\b\nA row's keys:\n" + row_help())

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from nlp_bench.spec.batch import BATCH_RULES, DEFAULT_BATCH_RULE
+from nlp_bench.spec.switches import RECOMPUTE
 from nlp_bench.spec.trainers import TRAINERS
 
 _BATCH = click.option(
@@ -14,6 +15,24 @@ _BATCH = click.option(
     help=f"Where the layout differs from the tag's and gas is not given: keep the tag's global batch (gas follows; "
          f"the default, {DEFAULT_BATCH_RULE}) or its gas (the batch follows dp x mbs, as the reference's scaling "
          "runs did).")
+
+
+def planned_options(command):
+    """What `bench plan` ranks beside the sizes, so that each of its rows is a `bench run` line."""
+    for option in reversed([
+        click.option("--vp", type=click.IntRange(min=1), default=None,
+                     help="Model chunks per pipeline rank, the vp of `bench plan` (Megatron's virtual pipeline size): "
+                          "2 or more interleaves the pipeline, passed as --num-layers-per-virtual-pipeline-stage "
+                          "= layers / (pp x vp); 1: no interleaving. Default: the tag's."),
+        click.option("--recompute", type=click.Choice(RECOMPUTE), default=None,
+                     help="Activation recompute, as `bench plan` ranks it: none, selective (--recompute-granularity "
+                          "selective) or full (--recompute-granularity full, uniform, 1 layer). Default: the tag's."),
+        click.option("--distributed-optimizer/--no-distributed-optimizer", "distributed_optimizer", default=None,
+                     help="Shard the optimizer states over the replicas (--use-distributed-optimizer), or not. "
+                          "Default: the tag's."),
+    ]):
+        command = option(command)
+    return command
 
 
 #: the #SBATCH options a run may set over its profile's, each with its own option
@@ -93,13 +112,15 @@ def _resume_takes_no(**given) -> None:
 @_BATCH
 @click.option("--global-batch-size", type=click.IntRange(min=1), default=None,
               help="Train this global batch (gas follows from dp x mbs).")
+@planned_options
 @click.option("--dry-run", is_flag=True, help="Write the workspace and jobscript; do not submit.")
 @click.option("--wait", "wait_", is_flag=True, help="On Slurm: block until the job ends, then print the row.")
 @data_option
 @launch_options
 @click.pass_context
 def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, batch, global_batch_size,
-              dry_run, wait_, data_path, hang_timeout, after, trainer, resume_ref, force, sbatch_items, **slurm) -> None:
+              vp, recompute, distributed_optimizer, dry_run, wait_, data_path, hang_timeout, after, trainer, resume_ref,
+              force, sbatch_items, **slurm) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm). A point the
     planner predicts not to fit, or a site profile a job cannot run from as it is, is refused (--dry-run
     warns)."""
@@ -109,13 +130,15 @@ def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mb
     options = LaunchOptions(wait_, hang_timeout, after, sbatch, force)
     if resume_ref:
         _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch,
-                         global_batch_size=global_batch_size, hang_timeout=hang_timeout, trainer=trainer,
+                         global_batch_size=global_batch_size, vp=vp, recompute=recompute,
+                         distributed_optimizer=distributed_optimizer, hang_timeout=hang_timeout, trainer=trainer,
                          sbatch=" ".join(k for k, _ in sbatch) or None, data_path=data_path,
                          benchmark=None if benchmark_name == "nlp" else benchmark_name)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     ctx.exit(execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
                          dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch or DEFAULT_BATCH_RULE,
-                              global_batch_size=global_batch_size), options, trainer, data_path))
+                              global_batch_size=global_batch_size, vp=vp, recompute=recompute,
+                              distributed_optimizer=distributed_optimizer), options, trainer, data_path))
 
 
 @click.command()

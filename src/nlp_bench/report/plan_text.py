@@ -7,22 +7,27 @@ import textwrap
 
 from tabulate import tabulate
 
-from nlp_bench.report.fit import fitted, wrap
+from nlp_bench.report.fit import wrap
+from nlp_bench.report.folded import Columns, folded
 
-HEADERS = ["nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "GBS", "recompute", "dist-opt", "GiB/device",
+HEADERS = ["#", "nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "GBS", "recompute", "dist-opt", "GiB/device",
            "tokens/s", "interval", "time_to_report s", "corpus"]
-#: the columns a narrow terminal keeps, most needed first (the layout's varying sizes come before all)
-_WANTED = ["tokens/s", "time_to_report s", "tp", "pp", "mbs", "gas", "nodes", "vp", "GiB/device", "recompute",
-           "dp", "dist-opt", "GBS", "interval", "corpus"]
-_IDENTITY = ["nodes", "tp", "pp", "vp", "mbs", "gas", "recompute", "dist-opt", "GBS"]
+#: the figures stay at any width; the layout goes first, as each row's `bench run` line names it
+_COLUMNS = Columns(
+    right=("#", "nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "GBS", "GiB/device", "tokens/s", "interval",
+           "time_to_report s"),
+    kept=("#", "GiB/device", "tokens/s", "interval", "time_to_report s"),
+    least_needed=("dp", "GBS", "corpus", "mbs", "dist-opt", "gas", "recompute", "vp", "pp", "tp", "nodes"),
+    narrow={"dist-opt": "dist-\nopt", "GiB/device": "GiB/\ndevice", "time_to_report s": "time_to_\nreport s"},
+    hint="each row's `bench run` line names its layout; --json: every column")
 
 
-def _row(p) -> list:
+def _row(rank: int, p) -> list:
     d = p.to_dict()
     interval = (f"{d['tokens_per_s_low']:,.0f}-{d['tokens_per_s_high']:,.0f}"
                 if d["tokens_per_s_low"] is not None else "")
-    return [d["nodes"], d["tp"], d["pp"], d["dp"], d["vp"], d["mbs"], d["gas"], d["global_batch_size"], d["recompute"],
-            "on" if d["distributed_optimizer"] else "off", f"{d['memory_gib']:.1f}",
+    return [rank, d["nodes"], d["tp"], d["pp"], d["dp"], d["vp"], d["mbs"], d["gas"], d["global_batch_size"],
+            d["recompute"], "on" if d["distributed_optimizer"] else "off", f"{d['memory_gib']:.1f}",
             f"{d['tokens_per_s']:,.0f}", interval, f"{d['time_to_report_s']:,.1f}",
             "EXTRAPOLATED" if d["extrapolated"] else "inside"]
 
@@ -37,7 +42,48 @@ def _legend(shown: list, width: int | None) -> str:
 
 
 def _table(shown: list, width: int | None) -> str:
-    return fitted(HEADERS, [_row(p) for p in shown], width, _WANTED, _IDENTITY)
+    return folded(HEADERS, [_row(rank, p) for rank, p in enumerate(shown, 1)], width, _COLUMNS)
+
+
+def _commands(commands: list[str | None], width: int | None, rules: str | None = None) -> str:
+    """Each row's `bench run` line, by its #: the point it makes is predicted as the row is; a line longer than
+    the width goes on over lines that end in a backslash, as a shell reads them. Where the tag has submission
+    rules, the lines that change what they keep (recompute, the distributed optimizer) are named."""
+    if not any(commands):
+        return "no `bench run` line: no tag trains the model planned (--model)\n" if commands else ""
+    out = wrap("each row as a `bench run` line, its point predicted as the row (in a grid: axes vp, recompute, "
+               "distributed_optimizer):", width) + "\n"
+    for rank, line in enumerate(commands, 1):
+        if line is not None:
+            out += _folded_command(f"#{rank}".rjust(3) + "  ", line, width) + "\n"
+    departing = [f"#{rank}" for rank, line in enumerate(commands, 1)
+                 if line and ("--recompute" in line or "distributed-optimizer" in line)]
+    if rules and departing:
+        out += wrap(f"{', '.join(departing)} change recompute or the distributed optimizer, training arguments the "
+                    f"{rules} rules keep as the tag has them: `bench rules check` calls such a run no submission",
+                    width) + "\n"
+    return out
+
+
+def _folded_command(prefix: str, line: str, width: int | None) -> str:
+    """The command after `prefix`, each option with its value kept together; continued lines end in ` \\`."""
+    import shlex
+
+    words = shlex.split(line)
+    parts = [shlex.join(words[:2])]
+    for word in words[2:]:
+        if word.startswith("--") or not parts[-1].startswith("--") or " " in parts[-1]:
+            parts.append(shlex.quote(word))
+        else:
+            parts[-1] += " " + shlex.quote(word)
+    lines, indent = [prefix + parts[0]], " " * (len(prefix) + 4)
+    for part in parts[1:]:
+        if width is not None and len(lines[-1]) + 1 + len(part) + 2 > width:
+            lines[-1] += " \\"
+            lines.append(indent + part)
+        else:
+            lines[-1] += " " + part
+    return "\n".join(lines)
 
 
 def _basis(calibrated: bool, base, width: int | None = None) -> str:
@@ -71,14 +117,17 @@ def _batch(shown: list, base) -> str:
     return f"global batch {listed} (decided by the gas kept or pinned, or the batch given; the tag's is {tag})\n"
 
 
-def render_plan(good: list, pruned: list, calibrated: bool, base, top: int, width: int | None = None) -> str:
-    """The ranked layouts, then what was pruned and why; with a `width`, every line fits it."""
+def render_plan(good: list, pruned: list, calibrated: bool, base, top: int, width: int | None = None,
+                commands: list[str | None] | None = None, rules: str | None = None) -> str:
+    """The ranked layouts, the `bench run` line of each (`commands`, by row), then what was pruned and why; with a
+    `width`, every line fits it."""
     out = [_basis(calibrated, base, width)]
     if good or pruned:
         out.append(wrap(_batch(good or pruned, base).rstrip("\n"), width) + "\n")
     if good:
         out.append(_table(good, width))
         out.append(_legend(good, width))
+        out.append(_commands(commands or [], width, rules))
     else:
         out.append("no layout both runs and fits in device memory; the pruned ones below say why\n")
     if pruned:
@@ -95,7 +144,8 @@ def render_plan(good: list, pruned: list, calibrated: bool, base, top: int, widt
     return "".join(out)
 
 
-def render_target(best, seconds: float, calibrated: bool, base, width: int | None = None) -> str:
+def render_target(best, seconds: float, calibrated: bool, base, width: int | None = None,
+                  command: str | None = None, rules: str | None = None) -> str:
     out = [_basis(calibrated, base, width)]
     if best is None:
         limit = base.system.max_nodes
@@ -104,6 +154,7 @@ def render_target(best, seconds: float, calibrated: bool, base, width: int | Non
     out.append(f"fewest nodes for time_to_report <= {seconds:g} s: {best.candidate.layout.nodes}\n")
     out.append(_table([best], width))
     out.append(_legend([best], width))
+    out.append(_commands([command], width, rules))
     return "".join(out)
 
 
@@ -123,32 +174,40 @@ def render_calibration(fits: dict) -> str:
     return "".join(out)
 
 
-def render_validation(found: dict) -> str:
+VALIDATION_HEADERS = ["row", "publication", "model", "system", "nodes", "tp", "pp", "dp", "measured tokens/s",
+                      "predicted", "error", "others' interval", "inside"]
+#: the figures stay at any width; who published a row goes first
+_VALIDATION_COLUMNS = Columns(
+    right=("nodes", "tp", "pp", "dp", "measured tokens/s", "predicted", "error", "others' interval"),
+    kept=("row", "measured tokens/s", "predicted", "error", "others' interval", "inside"),
+    least_needed=("publication", "dp", "model", "system", "pp", "tp", "nodes"),
+    narrow={"measured tokens/s": "measured\ntokens/s", "others' interval": "others'\ninterval", "inside": "in-\nside"},
+    hint="--json: every column")
+
+
+def render_validation(found: dict, width: int | None = None) -> str:
     """`bench plan validate`: each row, held out with its publication; then the errors and how often the
-    intervals held."""
+    intervals held; with a `width`, every line fits it."""
     rows = [[r["id"], r["publication"], r["model"], r["system"], r["nodes"], r["tp"], r["pp"], r["dp"],
              f"{r['measured']:,.0f}", f"{r['predicted']:,.0f}", f"{100 * r['error']:+.1f}%",
              f"{100 * r['interval'][0]:+.0f}..{100 * r['interval'][1]:+.0f}%", "yes" if r["inside"] else "NO"]
             for r in found["rows"]]
-    out = ["leave-one-source-out over the planner's corpus (results/reference/planner-corpus.yaml): each "
-           "publication's rows predicted by a fit on the other publications\n",
-           tabulate(rows, headers=["row", "publication", "model", "system", "nodes", "tp", "pp", "dp",
-                                   "measured tokens/s", "predicted", "error", "others' interval", "inside"],
-                    disable_numparse=True) + "\n",
-           f"median absolute error {100 * found['median_abs_error']:.1f}%, "
-           f"largest {100 * found['max_abs_error']:.1f}% ({len(rows)} rows, {found['publications']} publications)\n",
-           f"inside the interval the other publications' errors give: {100 * found['coverage']:.0f}% of rows; "
-           f"mean half-width ±{100 * found['mean_interval_half_width']:.1f}%\n",
-           f"memory: {found['ran_predicted_to_fit'][0]} of the {found['ran_predicted_to_fit'][1]} published runs "
-           f"predicted to fit in their devices' memory; {found['oom_predicted_not_to_fit'][0]} of the "
-           f"{found['oom_predicted_not_to_fit'][1]} published layouts with no figure (taken as out of memory) "
-           "predicted not to fit (results/reference/planner-memory.yaml)\n"]
     eff = found["efficiency"]
-    out.append(f"fit on all rows: GEMM efficiency {eff['gemm']:.3f} (half size {eff['gemm_half']:.0f}), "
-               f"network {eff['network']:.3f}, memory {eff['memory']:.3f}\n")
-    for line in found["pinned"]:
-        out.append(f"the fit ended on a bound: {line}\n")
-    return "".join(out)
+    lines = [f"median absolute error {100 * found['median_abs_error']:.1f}%, largest "
+             f"{100 * found['max_abs_error']:.1f}% ({len(rows)} rows, {found['publications']} publications)",
+             f"inside the interval the other publications' errors give: {100 * found['coverage']:.0f}% of rows; "
+             f"mean half-width ±{100 * found['mean_interval_half_width']:.1f}%",
+             f"memory: {found['ran_predicted_to_fit'][0]} of the {found['ran_predicted_to_fit'][1]} published runs "
+             f"predicted to fit in their devices' memory; {found['oom_predicted_not_to_fit'][0]} of the "
+             f"{found['oom_predicted_not_to_fit'][1]} published layouts with no figure (taken as out of memory) "
+             "predicted not to fit (results/reference/planner-memory.yaml)",
+             f"fit on all rows: GEMM efficiency {eff['gemm']:.3f} (half size {eff['gemm_half']:.0f}), "
+             f"network {eff['network']:.3f}, memory {eff['memory']:.3f}",
+             *(f"the fit ended on a bound: {line}" for line in found["pinned"])]
+    return (wrap("leave-one-source-out over the planner's corpus (results/reference/planner-corpus.yaml): each "
+                 "publication's rows predicted by a fit on the other publications", width) + "\n"
+            + folded(VALIDATION_HEADERS, rows, width, _VALIDATION_COLUMNS)
+            + "".join(wrap(line, width) + "\n" for line in lines))
 
 
 def render_predictions(found: list[dict]) -> str:

@@ -11,9 +11,9 @@ from typing import Any
 from nlp_bench.errors import LayoutError, SpecError, unknown
 from nlp_bench.paths import benchmark_dir
 from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, BatchChoice, check_rule, choose
-from nlp_bench.spec.layout import Layout, data_parallel_size, tiles, valid_layout
+from nlp_bench.spec.layout import Layout, data_parallel_size, tiles, valid_layout, virtual_stages
 from nlp_bench.spec.models import ARCHITECTURE_FLAGS, ModelSpec, check_field, get_model, pad_vocab
-from nlp_bench.spec.switches import PRECISION_FLAGS, decode, precision_of
+from nlp_bench.spec.switches import PRECISION_FLAGS, RECOMPUTE, Switches, decode, precision_of, with_settings
 from nlp_bench.spec.systems import System, check_sbatch_option, load_system
 from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
@@ -61,6 +61,9 @@ class Point:
     sbatch: dict[str, Any] = field(default_factory=dict)
     #: what a sweep changed beyond the layout (model fields, flags); part of the id when present
     variant: str = ""
+    #: the settings the planner ranks (recompute, the distributed optimizer) where they are not the tag's, in
+    #: the words of the id (`_rc-none`, `_dist-opt-off`); "" where they are the tag's
+    settings: str = ""
     #: the program the jobscript starts (spec.trainers); a point run by Megatron-LM says so in its id
     trainer: str = BUILTIN
     #: the submission rules the point is checked against (benchmark/rules/<name>.yaml), if its tag has any
@@ -81,7 +84,9 @@ class Point:
     def id(self) -> str:
         lay = self.layout
         by = "" if self.trainer == BUILTIN else f"_{self.trainer}"
-        return f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}_mbs{lay.mbs}_gas{lay.gas}{self.variant}{by}"
+        vp = f"_vp{lay.vp}" if lay.vp > 1 else ""
+        return (f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}{vp}_mbs{lay.mbs}_gas{lay.gas}{self.settings}"
+                f"{self.variant}{by}")
 
     @property
     def env(self) -> dict[str, Any]:
@@ -138,13 +143,16 @@ class Benchmark:
 
     def point(self, tag: str | None = None, system: str | None = None, *, model: dict[str, int] | None = None,
               train: dict[str, Any] | None = None, trainer: str | None = None, batch: str = DEFAULT_BATCH_RULE,
-              global_batch_size: int | None = None, **layout: int | None) -> Point:
+              global_batch_size: int | None = None, vp: int | None = None, recompute: str | None = None,
+              distributed_optimizer: bool | None = None, **layout: int | None) -> Point:
         """Resolve a tag (default: the benchmark's default tag) on its own or another system.
 
         `layout` may override nodes, tp, pp, mbs and gas (None keeps the tag's value): they are the
         parameters the benchmark's rules leave free. Where gas is not given, `batch` (spec.batch) says
         whether the tag's global batch or its gas is kept; `global_batch_size` asks for another batch. The
-        trainer is `trainer`, else the tag's, else the system's.
+        trainer is `trainer`, else the tag's, else the system's. `vp` (model chunks per pipeline rank),
+        `recompute` and `distributed_optimizer` choose what `bench plan` ranks beside the sizes (None: the
+        tag's); where they are not the tag's, the point's id names them.
         """
         bad = set(layout) - {"nodes", "tp", "pp", "mbs", "gas"}
         if bad:
@@ -198,12 +206,60 @@ class Benchmark:
         trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
+        tag_on = decode({**self.train, **(spec.get("train") or {}),
+                         **(sys_.megatron_lm_train if trainer == MEGATRON_LM else {})})
+        flags = with_settings(_interleaved(flags, model_spec, layout, vp, where), recompute=_choice(recompute),
+                              distributed_optimizer=distributed_optimizer)
         # a Megatron-LM point's flags are checked once the checkout it will run is known (spec.megatron.target)
-        chunks = decode(flags).model_chunks(model_spec.num_layers, layout.pp)
+        on = decode(flags)
+        chunks = on.model_chunks(model_spec.num_layers, layout.pp)
         if chunks > 1:  # interleaved: the layout says so (flags that do not divide the layers are the trainer's to refuse)
             layout = replace(layout, vp=chunks)
+            if vp is not None:  # asked for outright: every rule of interleaving is checked now
+                layout = valid_layout(model_spec, layout)
         return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
-                     rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable, replaced_precision=replaced)
+                     rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable, replaced_precision=replaced,
+                     settings=settings_words(tag_on, on))
+
+
+#: the flag that interleaves the pipeline (Switches.layers_per_virtual_stage)
+INTERLEAVING_FLAG = "num-layers-per-virtual-pipeline-stage"
+
+
+def _interleaved(flags: dict[str, Any], model: ModelSpec, layout: Layout, vp: int | None, where: str) -> dict[str, Any]:
+    """`flags` with `vp` model chunks per pipeline rank (None: as the flags say): Megatron's
+    --num-layers-per-virtual-pipeline-stage, layers / (pp x vp); 1 drops it."""
+    if vp is None or vp == decode(flags).model_chunks(model.num_layers, layout.pp):
+        return flags
+    if not isinstance(vp, int) or isinstance(vp, bool) or vp < 1:
+        raise LayoutError(f"{where}: vp must be a positive integer, got {vp!r}")
+    out = {k: v for k, v in flags.items() if k != INTERLEAVING_FLAG}
+    if vp == 1:
+        return out
+    if layout.pp == 1:
+        raise LayoutError(f"{where}: vp {vp} interleaves the pipeline, which needs pp > 1")
+    stages = virtual_stages(layout.pp, vp)
+    if model.num_layers % stages:
+        raise LayoutError(f"{where}: pp {layout.pp} x vp {vp} = {stages} does not divide the {model.num_layers} layers "
+                          f"of {model.name}")
+    return {**out, INTERLEAVING_FLAG: model.num_layers // stages}
+
+
+def _choice(recompute: str | None) -> str | None:
+    if recompute is not None and recompute not in RECOMPUTE:
+        raise LayoutError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    return recompute
+
+
+def settings_words(tag: Switches, point: Switches) -> str:
+    """The id's words for the settings `bench plan` ranks where the point's are not its tag's: `_rc-none`,
+    `_dist-opt-off`."""
+    words = ""
+    if point.recompute != tag.recompute:
+        words += f"_rc-{point.recompute}"
+    if point.distributed_optimizer != tag.distributed_optimizer:
+        words += f"_dist-opt-{'on' if point.distributed_optimizer else 'off'}"
+    return words
 
 
 def _given_data(flags: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:

@@ -197,6 +197,42 @@ def precision_flags(precision: str) -> dict[str, bool]:
     return {flag: precision == flag for flag in PRECISION_FLAGS}
 
 
+#: every flag that says how activations are recomputed (decode reads them all)
+RECOMPUTE_FLAGS = ("recompute-activations", "recompute-granularity", "recompute-method", "recompute-num-layers")
+#: the flag that shards the optimizer states (Switches.distributed_optimizer)
+DISTRIBUTED_OPTIMIZER_FLAG = "use-distributed-optimizer"
+
+
+def recompute_flags(recompute: str) -> dict[str, Any]:
+    """The flags that choose `recompute` (the inverse of decode's recompute): full recomputes every layer one
+    at a time (--recompute-method uniform --recompute-num-layers 1), Megatron-LM refusing full without a
+    method."""
+    if recompute not in RECOMPUTE:
+        raise SpecError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    if recompute == "none":
+        return {}
+    if recompute == "selective":
+        return {"recompute-granularity": "selective"}
+    return {"recompute-granularity": "full", "recompute-method": "uniform", "recompute-num-layers": 1}
+
+
+def with_settings(flags: Mapping[str, Any], *, recompute: str | None = None,
+                  distributed_optimizer: bool | None = None) -> dict[str, Any]:
+    """`flags` choosing these settings (None keeps the flags' own); flags that already choose one are left as
+    they are, so a point asked for its tag's own setting keeps the tag's spelling of it."""
+    out = dict(flags)
+    if recompute is None and distributed_optimizer is None:
+        return out
+    on = decode(out)
+    if recompute is not None and recompute != on.recompute:
+        out = {k: v for k, v in out.items() if k not in RECOMPUTE_FLAGS} | recompute_flags(recompute)
+    if distributed_optimizer is not None and distributed_optimizer != on.distributed_optimizer:
+        out.pop(DISTRIBUTED_OPTIMIZER_FLAG, None)
+        if distributed_optimizer:
+            out[DISTRIBUTED_OPTIMIZER_FLAG] = True
+    return out
+
+
 def _recompute(get) -> tuple[str, str | None, int | None]:
     granularity = get("recompute-granularity") or ("selective" if get("recompute-activations") else "none")
     if granularity not in RECOMPUTE:

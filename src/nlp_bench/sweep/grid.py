@@ -11,7 +11,9 @@
       gas: [256, 128]
     derived:                  # values computed from the others, in order; expressions
       mbs: "1 if tp < 4 else 2" # may also read the system's devices_per_node
-    (an axis `trainer: [builtin, megatron-lm]` runs each point with both trainers, side by side)
+    (an axis `trainer: [builtin, megatron-lm]` runs each point with both trainers, side by side; axes `vp`,
+    `recompute: [none, selective, full]` and `distributed_optimizer: [true, false]` choose what `bench plan`
+    ranks, as `bench run --vp/--recompute/--[no-]distributed-optimizer` do)
     exclude:                  # drop points where an expression holds
       - "tp * pp > 16"
     constraints:              # keep only points where every expression holds
@@ -40,17 +42,30 @@ from typing import Any
 
 from nlp_bench.errors import LayoutError, SpecError, did_you_mean
 from nlp_bench.spec.batch import DEFAULT_BATCH_RULE, check_rule, choose
-from nlp_bench.spec.benchmark import Benchmark, Point, load_benchmark
+from nlp_bench.spec.benchmark import INTERLEAVING_FLAG, Benchmark, Point, load_benchmark
 from nlp_bench.spec.layout import RULE_WORDS, data_parallel_size, parallel_violations, replica_problem
 from nlp_bench.spec.models import SHAPE, ModelSpec
-from nlp_bench.spec.switches import PRECISION_FLAGS, PRECISIONS, decode, precision_flags
+from nlp_bench.spec.switches import (
+    DISTRIBUTED_OPTIMIZER_FLAG,
+    PRECISION_FLAGS,
+    PRECISIONS,
+    RECOMPUTE,
+    RECOMPUTE_FLAGS,
+    decode,
+    precision_flags,
+)
 from nlp_bench.spec.trainers import TRAINERS
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 from nlp_bench.sweep.expr import EvaluationError, Expression
 
 LAYOUT = ("nodes", "tp", "pp", "mbs", "gas")
 MODEL = SHAPE
-PARAMETERS = (*LAYOUT, *MODEL, "precision", "trainer")
+#: what `bench plan` ranks beside the sizes: an axis of each is what `bench run --vp/--recompute/...` chooses
+SETTINGS = ("vp", "recompute", "distributed_optimizer")
+#: the train flags each of SETTINGS writes: a grid setting both an axis and its flags is refused
+_SETTING_FLAGS = {"vp": (INTERLEAVING_FLAG,), "recompute": RECOMPUTE_FLAGS,
+                  "distributed_optimizer": (DISTRIBUTED_OPTIMIZER_FLAG,)}
+PARAMETERS = (*LAYOUT, *MODEL, "precision", "trainer", *SETTINGS)
 #: names an expression may read but no axis may set: they come with the system
 READ_ONLY = ("devices_per_node",)
 #: the most combinations a sweep expands: streaming costs about 21 µs and 14 bytes of memory per combination
@@ -166,9 +181,10 @@ def load_grid(path: str | Path) -> Grid:
 
 
 def _base(model: ModelSpec, point: Point) -> dict[str, Any]:
-    lay = point.layout
+    lay, on = point.layout, decode(point.train)
     return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "mbs": lay.mbs, "gas": lay.gas,
-            "precision": decode(point.train).precision,
+            "precision": on.precision, "vp": lay.vp, "recompute": on.recompute,
+            "distributed_optimizer": on.distributed_optimizer,
             "trainer": point.trainer, **{name: getattr(model, name) for name in MODEL}, **{READ_ONLY[0]: lay.devices_per_node}}
 
 
@@ -225,6 +241,11 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
         raise SpecError(f"{grid.path} has a trainer axis; --trainer would override it: drop one of them")
     start = benchmark.point(tag, system, trainer=trainer)
     base = _base(start.model, start)
+    axes = {*grid.matrix, *grid.zipped, *(n for n, _ in grid.derived)}
+    for name in SETTINGS:
+        both = [flag for flag in _SETTING_FLAGS[name] if flag in grid.train]
+        if name in axes and both:
+            raise SpecError(f"{grid.path} has a {name} axis and sets {', '.join(both)} in train: drop one of them")
     fixed = set(benchmark.tags[start.tag].get("fixed") or [])
     touched = (set(grid.matrix) | set(grid.zipped) | {n for n, _ in grid.derived}) & fixed
     if (set(PRECISION_FLAGS) & set(grid.train)) and "precision" in fixed:
@@ -304,7 +325,7 @@ def _replica_rule(params: dict[str, Any], devices_per_node: int) -> Dropped | No
 
 def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int | None) -> Dropped | None:
     """The layout rules the combination breaks (spec.layout's rules, on its integers), or None."""
-    for name in (*LAYOUT, *MODEL):
+    for name in (*LAYOUT, *MODEL, "vp"):
         value = params[name]
         if not isinstance(value, int) or isinstance(value, bool):
             raise EvaluationError(f"{name} must be an integer, got {value!r}")
@@ -315,7 +336,7 @@ def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int |
     broken = parallel_violations(
         world=params["nodes"] * devices_per_node, tp=params["tp"], pp=params["pp"], num_layers=params["num_layers"],
         num_attention_heads=params["num_attention_heads"], ffn_hidden_size=params["ffn_hidden_size"],
-        hidden_size=params["hidden_size"], devices="devices")
+        hidden_size=params["hidden_size"], devices="devices", chunks=params["vp"], micro_batches=params["gas"])
     return Dropped(params, "; ".join(v.message for v in broken), RULE_WORDS[broken[0].rule]) if broken else None
 
 
@@ -337,11 +358,17 @@ def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[st
     model = {n: v for n, v in changed.items() if n in MODEL}
     if params["trainer"] not in TRAINERS:
         raise EvaluationError(f"trainer must be one of {', '.join(TRAINERS)}, got {params['trainer']!r}")
+    if params["recompute"] not in RECOMPUTE:
+        raise EvaluationError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {params['recompute']!r}")
+    if not isinstance(params["distributed_optimizer"], bool):
+        raise EvaluationError(f"distributed_optimizer must be true or false, got {params['distributed_optimizer']!r}")
     layout = {n: params[n] for n in LAYOUT}
     if rule is not None:
         layout["gas"] = None  # the point applies the same rule, and says so
+    # a setting as the tag has it is left to the tag's flags (and a grid's train block)
+    settings = {n: params[n] for n in SETTINGS if params[n] != base[n]}
     point = benchmark.point(tag, system, model=model or None, train=extra or None, trainer=params["trainer"],
-                            batch=rule or DEFAULT_BATCH_RULE, **layout)
+                            batch=rule or DEFAULT_BATCH_RULE, **settings, **layout)
     if not changed:
         return point
     # points that differ in more than the layout carry a short digest of the difference in their id
