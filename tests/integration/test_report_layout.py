@@ -3,10 +3,8 @@ desktop: every column of the results table on screen (it scrolled sideways at 14
 iteration trace drawn the same size (the last one was larger), and no table of dashes where the reference has
 no row. The screenshots stay in tmp_path to look at."""
 
-import shutil
-
-import pytest
 from conftest import ROOT, record_job
+from headless_chromium import chromium
 from measured_runs import fake_sweep, measured_logs
 
 from nlp_bench.store import states
@@ -47,33 +45,23 @@ def test_report_fits_1400_and_1024_pixels_in_chromium(bench, results, tmp_path):
     assert "1 nodes" not in html and "point(s)" not in html
     assert html.count('class="comparison-row"') == 8, "only the 13B points have a reference row to stand beside"
     assert "jupiter has no reference row for gpt-tiny" in html
-    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency")
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if browser is None:
-        pytest.skip("no headless Chromium here (apt-get install chromium)")
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync"]
-    with playwright.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=browser, args=flags)
-        try:
-            for width in (1400, 1024):
-                page = chromium.new_page(viewport={"width": width, "height": 900})
-                page.goto(report.as_uri())
-                page.screenshot(path=str(tmp_path / f"report_{width}.png"), full_page=True)
-                seen = page.evaluate(_LAYOUT)
-                box = seen["box"]
-                assert seen["page"] <= seen["viewport"] == width, f"{width} px: the page is {seen['page']} px wide"
-                assert box["scroll"] <= box["client"], f"{width} px: the results table scrolls sideways: {seen}"
-                names = [h["name"].strip() for h in seen["headers"]]
-                assert {"state", "run", "Tokens/sec"} <= set(names), names
-                for header in seen["headers"]:
-                    assert box["left"] <= header["left"] and header["right"] <= min(box["right"], width), (
-                        f"{width} px: {header['name']} is off screen: {header} in {box}")
-                sizes = {(round(t["width"]), round(t["height"])) for t in seen["traces"]}
-                assert len(seen["traces"]) == 11 and len(sizes) == 1, f"{width} px: trace sizes {sizes}"
-                page.close()
-        finally:
-            chromium.close()
+    with chromium() as browser:
+        for width in (1400, 1024):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(report.as_uri())
+            page.screenshot(path=str(tmp_path / f"report_{width}.png"), full_page=True)
+            seen = page.evaluate(_LAYOUT)
+            box = seen["box"]
+            assert seen["page"] <= seen["viewport"] == width, f"{width} px: the page is {seen['page']} px wide"
+            assert box["scroll"] <= box["client"], f"{width} px: the results table scrolls sideways: {seen}"
+            names = [h["name"].strip() for h in seen["headers"]]
+            assert {"state", "run", "Tokens/sec"} <= set(names), names
+            for header in seen["headers"]:
+                assert box["left"] <= header["left"] and header["right"] <= min(box["right"], width), (
+                    f"{width} px: {header['name']} is off screen: {header} in {box}")
+            sizes = {(round(t["width"]), round(t["height"])) for t in seen["traces"]}
+            assert len(seen["traces"]) == 11 and len(sizes) == 1, f"{width} px: trace sizes {sizes}"
+            page.close()
     for width in (1400, 1024):
         shot = (tmp_path / f"report_{width}.png").read_bytes()
         assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 10_000
