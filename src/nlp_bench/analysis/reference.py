@@ -86,12 +86,15 @@ def compare(rows: list[dict[str, Any]], references: list[dict[str, Any]]) -> lis
                  "verdict": verdict(row["model"], row["time_to_report_in_seconds"])}
         if ref is not None:
             ratio = row["Tokens/sec"] / ref["Tokens/sec"]
-            entry.update({"reference": "same layout" if exact else f"{counted(ref['Nodes'], 'node')}, "
-                                                                   f"tp {ref['Tensor_Parallel']}, pp {ref['Pipeline_Parallel']}",
+            entry.update({"reference": "same layout" if exact else _layout(ref),
                           "ref_Tokens/sec": ref["Tokens/sec"], "ratio": ratio,
                           "ratio_per_device": ratio * _devices(ref) / _devices(row)})
         out.append(entry)
     return out
+
+
+def _layout(ref: dict[str, Any]) -> str:
+    return f"{counted(ref['Nodes'], 'node')}, tp {ref['Tensor_Parallel']}, pp {ref['Pipeline_Parallel']}"
 
 
 def _devices(row: dict[str, Any]) -> int:

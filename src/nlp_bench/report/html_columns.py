@@ -42,7 +42,6 @@ def table_columns(rows: list[dict[str, str]]) -> TableColumns:
         runs.setdefault(row["run"], []).append(row)
     per_run = [c for c in RUN_WIDE if c not in empty and c not in same and len(runs) > 1
                and all(len({row[c] for row in group}) == 1 for group in runs.values())]
+    by_run = {run: [(c, group[0][c]) for c in per_run] for run, group in runs.items()} if per_run else {}
     return TableColumns(shown=[c for c in RESULT_COLUMNS if c not in {*empty, *same, *per_run}],
-                        same=[(c, rows[0][c]) for c in same],
-                        by_run={run: [(c, group[0][c]) for c in per_run] for run, group in runs.items()} if per_run else {},
-                        empty=empty)
+                        same=[(c, rows[0][c]) for c in same], by_run=by_run, empty=empty)

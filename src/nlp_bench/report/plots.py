@@ -139,7 +139,8 @@ def plot_heatmaps(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
                             color=_legible_on(image.cmap(image.norm(value))))
         ax.set_xticks(range(len(tps)), [str(t) for t in tps])
         ax.set_yticks(range(len(pps)), [str(p) for p in pps])
-        ax.set(xlabel="tensor parallel", ylabel="pipeline parallel", title=f"{model}, {counted(nodes, 'node')}: tokens/s")
+        ax.set(xlabel="tensor parallel", ylabel="pipeline parallel",
+               title=f"{model}, {counted(nodes, 'node')}: tokens/s")
         fig.colorbar(image, ax=ax, label="tokens/s")
         paths += _save(fig, out_dir, f"heatmap_{model}_n{nodes}", formats)
     return paths
