@@ -5,7 +5,7 @@ no row. The screenshots stay in tmp_path to look at."""
 
 from conftest import ROOT, record_job
 from headless_chromium import chromium
-from measured_runs import fake_sweep, measured_logs
+from measured_runs import measured_logs
 
 from nlp_bench.store import states
 
@@ -23,27 +23,30 @@ _LAYOUT = """() => {
 
 
 def _two_runs(bench, results, tmp_path) -> list[str]:
-    """A 13B sweep over nodes and tp x pp (a reference row exists) and the shipped smoke grid on one node (no
+    """A 13B sweep over 8 and 16 nodes (a reference row exists) and the shipped smoke grid on one node (no
     reference row), measured, one smoke point failed: a report of both has many columns that differ between
     its points."""
-    fake_sweep(bench, results, tmp_path)
-    before = set(results.glob("nlp/*/"))
-    assert bench("sweep", str(ROOT / "benchmark" / "grids" / "smoke.yaml"), "--dry-run").exit_code == 0
-    (smoke,) = set(results.glob("nlp/*/")) - before
-    points = sorted(smoke.glob("*/"))
-    measured_logs(points, lambda lay: 0.05 * lay["tp"] * (1.3 if lay["mbs"] == 1 else 1.0))
-    record_job(points[-1], states.FAILED, exit_code=1)  # state and failure_class then differ between points
-    return sorted(run.name for run in results.glob("nlp/*/"))
+    (tmp_path / "g.yaml").write_text('tag: "13"\nmatrix: {nodes: [8, 16]}\nderived: {gas: "256 * 8 // nodes"}\n')
+    runs = {}
+    for name, grid, seconds in (("13b", tmp_path / "g.yaml", lambda lay: 34.0 * 8 / lay["nodes"]),
+                                ("smoke", ROOT / "benchmark" / "grids" / "smoke.yaml",
+                                 lambda lay: 0.05 * lay["tp"] * (1.3 if lay["mbs"] == 1 else 1.0))):
+        before = set(results.glob("nlp/*/"))
+        assert bench("sweep", str(grid), "--dry-run").exit_code == 0
+        (runs[name],) = set(results.glob("nlp/*/")) - before
+        measured_logs(sorted(runs[name].glob("*/")), seconds)
+    record_job(sorted(runs["smoke"].glob("*/"))[-1], states.FAILED, exit_code=1)  # the state differs
+    return sorted(run.name for run in runs.values())
 
 
 def test_report_fits_1400_and_1024_pixels_in_chromium(bench, results, tmp_path):
     runs = _two_runs(bench, results, tmp_path)
     report = tmp_path / "report.html"
     out = bench("result", "report", *runs, "-o", str(report))
-    assert out.exit_code == 0 and "(12 points)" in out.output, out.output
+    assert out.exit_code == 0 and "(6 points)" in out.output, out.output
     html = report.read_text()
     assert "1 nodes" not in html and "point(s)" not in html
-    assert html.count('class="comparison-row"') == 8, "only the 13B points have a reference row to stand beside"
+    assert html.count('class="comparison-row"') == 2, "only the 13B points have a reference row to stand beside"
     assert "jupiter has no reference row for gpt-tiny" in html
     with chromium() as browser:
         for width in (1400, 1024):
@@ -60,7 +63,7 @@ def test_report_fits_1400_and_1024_pixels_in_chromium(bench, results, tmp_path):
                 assert box["left"] <= header["left"] and header["right"] <= min(box["right"], width), (
                     f"{width} px: {header['name']} is off screen: {header} in {box}")
             sizes = {(round(t["width"]), round(t["height"])) for t in seen["traces"]}
-            assert len(seen["traces"]) == 11 and len(sizes) == 1, f"{width} px: trace sizes {sizes}"
+            assert len(seen["traces"]) == 5 and len(sizes) == 1, f"{width} px: trace sizes {sizes}"
             page.close()
     for width in (1400, 1024):
         shot = (tmp_path / f"report_{width}.png").read_bytes()
