@@ -3,6 +3,7 @@ have: for the tests of `bench result` (compare, table, plot, report, export) tha
 training."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from conftest import DATA, record_job
@@ -26,10 +27,16 @@ def fake_sweep(bench, results: Path, tmp_path: Path) -> None:
                                      'derived: {gas: "1024 // (nodes * 4 // (tp * pp))"}\n')
     # --no-plan: the tp 1 points are predicted not to fit on a 40 GiB A100, and the plots want them all
     assert bench("sweep", str(tmp_path / "g.yaml"), "--dry-run", "--no-plan").exit_code == 0
-    for folder in sorted(results.glob("nlp/*/*/")):
-        point = json.loads((folder / "point.json").read_text())
-        lay = point["layout"]
-        base = 34.0 * 8 / lay["nodes"] * (1.0 if (lay["tp"], lay["pp"]) == (2, 4) else 1.3)
+    measured_logs(sorted(results.glob("nlp/*/*/")),
+                  lambda lay: 34.0 * 8 / lay["nodes"] * (1.0 if (lay["tp"], lay["pp"]) == (2, 4) else 1.3))
+
+
+def measured_logs(folders: list[Path], seconds: Callable[[dict], float]) -> None:
+    """Each dry-run point folder given the log of a finished job, `seconds(layout)` per iteration over six
+    intervals, the first half as slow again, and recorded COMPLETED."""
+    for folder in folders:
+        lay = json.loads((folder / "point.json").read_text())["layout"]
+        base = seconds(lay)
         lines = [f"[default3]: iteration {10 * i:8d}/   1000 | elapsed time per iteration (s): "
                  f"{base * (1.5 if i == 1 else 1.0):.4f} | global batch size: {lay['global_batch_size']:5d} | "
                  f"lm loss: 8.0E+00 |" for i in range(1, 7)]

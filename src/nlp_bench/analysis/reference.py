@@ -17,6 +17,7 @@ from nlp_bench.paths import reference_dir
 from nlp_bench.spec.models import get_model, pad_vocab
 from nlp_bench.spec.systems import load_system
 from nlp_bench.store import states
+from nlp_bench.words import counted
 
 DEFAULT_REFERENCE = "jupiter"
 #: The benchmark's rule: a 175B submission must report at most this many seconds (the JUPITER baseline
@@ -85,12 +86,15 @@ def compare(rows: list[dict[str, Any]], references: list[dict[str, Any]]) -> lis
                  "verdict": verdict(row["model"], row["time_to_report_in_seconds"])}
         if ref is not None:
             ratio = row["Tokens/sec"] / ref["Tokens/sec"]
-            entry.update({"reference": "same layout" if exact else f"{ref['Nodes']} nodes, tp {ref['Tensor_Parallel']}, "
-                                                                   f"pp {ref['Pipeline_Parallel']}",
+            entry.update({"reference": "same layout" if exact else _layout(ref),
                           "ref_Tokens/sec": ref["Tokens/sec"], "ratio": ratio,
                           "ratio_per_device": ratio * _devices(ref) / _devices(row)})
         out.append(entry)
     return out
+
+
+def _layout(ref: dict[str, Any]) -> str:
+    return f"{counted(ref['Nodes'], 'node')}, tp {ref['Tensor_Parallel']}, pp {ref['Pipeline_Parallel']}"
 
 
 def _devices(row: dict[str, Any]) -> int:

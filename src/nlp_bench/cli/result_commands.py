@@ -170,12 +170,13 @@ def result_report(ctx: click.Context, run_refs: tuple[str, ...], output: Path, r
     from nlp_bench.analysis.reference import reference_rows
     from nlp_bench.app.views import View
     from nlp_bench.report.html import write_report
+    from nlp_bench.words import counted
 
     references = reference_rows(reference_name)
     view = View(ctx.obj["results_dir"])
     ids, rows, results = view.gathered(run_refs)
     write_report(output, ", ".join(ids), rows, results, references, reference_name)
-    click.echo(f"wrote {output} ({len(rows)} points)")
+    click.echo(f"wrote {output} ({counted(len(rows), 'point')})")
     view.tell()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from nlp_bench.analysis.reference import BASELINE_S, verdict
 from nlp_bench.store import states
+from nlp_bench.words import counted
 
 JUBE_FIGURE = "JUBE's figure: the mean over every logged interval, warm-up included"
 WHY_JUBE = ("the benchmark's rules define the result this way, so it is the figure to compare with the "
@@ -35,7 +36,7 @@ class Headline:
 
 
 def _layout(row: dict[str, Any]) -> str:
-    return (f"{row['Nodes']} nodes, tp {row['Tensor_Parallel']}, pp {row['Pipeline_Parallel']}, "
+    return (f"{counted(row['Nodes'], 'node')}, tp {row['Tensor_Parallel']}, pp {row['Pipeline_Parallel']}, "
             f"mbs {row['MBS']}, gas {row['GAS']}")
 
 
@@ -61,7 +62,8 @@ def headline(rows: list[dict[str, Any]], results: dict[tuple[str, str], dict]) -
                  f"{'within' if passed == 'pass' else 'over'} the {baseline:.0f} s baseline")
         why = WHY_JUBE.format(baseline=baseline)
     else:
-        title = f"{name}, fastest of {len(pool)} point(s): {seconds:,.2f} s to report 20M tokens on {_layout(best)}"
+        title = (f"{name}, fastest of {counted(len(pool), 'point')}: {seconds:,.2f} s to report 20M tokens on "
+                 f"{_layout(best)}")
         why = WHY_JUBE_NO_BASELINE
     result = results.get((best.get("run"), best.get("point"))) or {}
     return Headline(title=title, point=best.get("point"), verdict=passed, why=why,

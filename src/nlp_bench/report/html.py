@@ -17,17 +17,22 @@ from nlp_bench.errors import ResultError
 from nlp_bench.fsio import write_text_atomic
 from nlp_bench.report import compare as comparison_table
 from nlp_bench.report.headline import headline
+from nlp_bench.report.html_columns import table_columns
 from nlp_bench.report.table import format_cell
+from nlp_bench.words import counted
 
 _TEXT = {"system", "version", "queue", "JobID", "state", "failure_class", "run", "point", "reference", "model"}
+#: headers written short (the whole name on hover), as point ids and `bench run` write them: the room goes to
+#: the figures and the ids instead
+_SHORT = {"Tensor_Parallel": "TP", "Pipeline_Parallel": "PP"}
 
 
 def _breakable(name: str):
-    """A column name that may break after its underscores and slashes, so narrow headers wrap instead of
-    widening the table."""
+    """A column name or an id that may break after its underscores, slashes and dots, so narrow headers and
+    long run and point ids wrap instead of widening the table."""
     from markupsafe import Markup, escape
 
-    return Markup(str(escape(name)).replace("_", "_<wbr>").replace("/", "/<wbr>"))
+    return Markup(str(escape(name)).replace("_", "_<wbr>").replace("/", "/<wbr>").replace(".", ".<wbr>"))
 
 
 def _bases(results: dict[tuple[str, str], dict]) -> tuple[list[str], list[str]]:
@@ -79,16 +84,19 @@ def write_report(path: Path, title: str, rows: list[dict[str, Any]], results: di
     if comparison:
         with tempfile.TemporaryDirectory() as tmp:
             records = {key: result.get("records") or [] for key, result in results.items()}
-            for figure in plot_all(rows, records, Path(tmp), references):
-                if figure.suffix == ".png":
-                    figures.append((figure.stem, base64.b64encode(figure.read_bytes()).decode("ascii")))
+            for figure in plot_all(rows, records, Path(tmp), references, formats=("png",)):
+                figures.append((figure.stem, base64.b64encode(figure.read_bytes()).decode("ascii")))
     env = jinja2.Environment(loader=jinja2.PackageLoader("nlp_bench.report", "templates"),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["breakable"] = _breakable
+    env.filters["counted"] = counted
+    unmatched = sorted({row["model"] for row in comparison if row["reference"] is None})
+    comparison = [row for row in comparison if row["reference"] is not None]
+    cells = [{c: format_cell(c, r.get(c)) for c in RESULT_COLUMNS} for r in rows]
     html = env.get_template("report.html.j2").render(
         title=title, headline=headline(rows, results), bases=_bases(results),
         mfu_formula=flops.FORMULAS[flops.MEGATRON_MODEL], generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
-        columns=RESULT_COLUMNS, rows=[{c: format_cell(c, r.get(c)) for c in RESULT_COLUMNS} for r in rows], text_columns=_TEXT,
+        table=table_columns(cells), rows=cells, text_columns=_TEXT, unmatched=unmatched, short=_SHORT,
         comparison_columns=comparison_table.COMPARISON_COLUMNS,
         comparison=[{c: comparison_table.comparison_cell(c, r[c]) for c in comparison_table.COMPARISON_COLUMNS} for r in comparison],
         reference_name=reference_name, figures=figures, steady=_steady_rows(results),
