@@ -19,7 +19,7 @@ MEASURED = ("point", "Job_Time", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report
 #: what a run fixes for all its points where it fixes it: said per run when every run holds one value
 RUN_WIDE = ("system", "version", "queue", "Model_Size", "trainer", "trainer_version")
 #: what the table shows where no point has a value
-EMPTY = "-"
+NO_VALUE = "-"
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class TableColumns:
 
 def table_columns(rows: list[dict[str, str]]) -> TableColumns:
     """The split of RESULT_COLUMNS for these rows, each a point's cells as the table shows them."""
-    empty = [c for c in RESULT_COLUMNS if all(row[c] == EMPTY for row in rows)]
+    empty = [c for c in RESULT_COLUMNS if all(row[c] == NO_VALUE for row in rows)]
     same = [c for c in RESULT_COLUMNS if c not in empty and c not in MEASURED and len({row[c] for row in rows}) == 1]
     runs: dict[str, list[dict[str, str]]] = {}
     for row in rows:
