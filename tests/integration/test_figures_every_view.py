@@ -27,9 +27,19 @@ BENCH = Path(sys.executable).parent / "bench"
 
 
 def _bench(*args: str, cwd: Path) -> str:
-    proc = subprocess.run([str(BENCH), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    return _benches([args], cwd)[0]
+
+
+def _benches(commands: list, cwd: Path) -> list[str]:
+    """The stdout of each `bench` command, all started at once (each only reads the run)."""
+    procs = [subprocess.Popen([str(BENCH), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for args in commands]
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out + err
+        outs.append(out)
+    return outs
 
 
 def _log(gbs: int, seq: int) -> str:
@@ -107,7 +117,13 @@ def test_one_log_shows_one_figure_in_every_view(tmp_path, measured):
     result = json.loads((folder / "result.json").read_text())  # what the table's analysis wrote
     every, steady = result["summary"], result["steady"]
     assert every["tokens_per_s"] == pytest.approx(jube, rel=1e-12) and steady["warmup_excluded"] == 1
-    parsed = json.loads(_bench("parse", log, "--json", cwd=tmp_path))["summary"]
+    exported, report = tmp_path / "x.json", tmp_path / "report.html"
+    columns = "Tokens/sec,time_to_report_in_seconds,Avg_TFLOPs/GPU"
+    parsed, text, pretty, status, _, _ = _benches([("parse", log, "--json"), ("parse", log),
+                                                   ("result", "table", "--columns", columns), ("status",),
+                                                   ("result", "export", "--format", "json", "-o", str(exported)),
+                                                   ("result", "report", "-o", str(report))], tmp_path)
+    parsed = json.loads(parsed)["summary"]
     for key in ("tokens_per_s", "tokens_per_s_all_intervals", "samples_per_s", "samples_per_s_all_intervals",
                 "time_to_report_s", "time_to_report_s_all_intervals", "avg_tflops_per_gpu_all_intervals",
                 "warmup_excluded"):
@@ -118,8 +134,6 @@ def test_one_log_shows_one_figure_in_every_view(tmp_path, measured):
     assert every["samples_per_s"] * seq == pytest.approx(every["tokens_per_s"], rel=1e-12)
     assert steady["samples_per_s"] * seq == pytest.approx(steady["tokens_per_s"]["mean"], rel=1e-12)
 
-    exported = tmp_path / "x.json"
-    _bench("result", "export", "--format", "json", "-o", str(exported), cwd=tmp_path)
     export_row = json.loads(exported.read_text())[0]
     for column, figure, value in (("Tokens/sec", "tokens_per_s", every["tokens_per_s"]),
                                   ("time_to_report_in_seconds", "time_to_report_s", every["time_to_report_s"]),
@@ -131,7 +145,6 @@ def test_one_log_shows_one_figure_in_every_view(tmp_path, measured):
     jube_tokens, jube_report = _shown("tokens_per_s", every["tokens_per_s"]), _shown("time_to_report_s", every["time_to_report_s"])
     spread = steady["tokens_per_s"]
     steady_tokens, steady_report = _shown("tokens_per_s", spread["mean"]), _shown("time_to_report_s", steady["time_to_report_s"])
-    text = _bench("parse", log, cwd=tmp_path)
     assert _row(text, "tokens/s, time-weighted mean") == [steady_tokens, jube_tokens]
     assert _row(text, "tokens/s, median interval") == [_shown("tokens_per_s", spread["median"])]
     assert _row(text, "tokens/s, std of the intervals") == [_shown("tokens_per_s", spread["std"])]
@@ -142,15 +155,12 @@ def test_one_log_shows_one_figure_in_every_view(tmp_path, measured):
     assert _row(text, "time to report 20,000,000 tokens (s)") == [steady_report, jube_report]
     assert _row(text, "TFLOPs/GPU, mean of the logged") == [_shown("tflops_per_gpu", every["avg_tflops_per_gpu"])]
 
-    pretty = _bench("result", "table", "--columns", "Tokens/sec,time_to_report_in_seconds,Avg_TFLOPs/GPU",
-                    cwd=tmp_path).splitlines()
+    pretty = pretty.splitlines()
     under = next(i for i, line in enumerate(pretty) if line.strip().startswith("─"))  # the header's rule
     assert pretty[under + 1].split() == [jube_tokens, jube_report, _shown("tflops_per_gpu", every["avg_tflops_per_gpu"])]
-    status = next(line for line in _bench("status", cwd=tmp_path).splitlines() if "COMPLETED" in line)
+    status = next(line for line in status.splitlines() if "COMPLETED" in line)
     assert jube_tokens in _plain(status).split()
 
-    report = tmp_path / "report.html"
-    _bench("result", "report", "-o", str(report), cwd=tmp_path)
     page = report.read_text()
     cells = _Cells()
     cells.feed(page)
