@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from nlp_bench.analysis.metrics import warmup_decided
@@ -51,8 +52,8 @@ def _summary_lines(fmt: str, summary: dict) -> list[str]:
             ("TFLOPs/GPU, mean of the logged", "", figure_text("tflops_per_gpu", summary["avg_tflops_per_gpu_all_intervals"]))]
     lines.append(tabulate(rows, headers=["", "steady state", "every interval"], disable_numparse=True,
                           colalign=("left", "right", "right")))
-    lines.append("every interval: JUBE's figures, the result table's Tokens/sec, time_to_report_in_seconds and "
-                 "Avg_TFLOPs/GPU; time-weighted mean: tokens (samples) over seconds")
+    lines += textwrap.wrap("every interval: JUBE's figures, the result table's Tokens/sec, time_to_report_in_seconds "
+                           "and Avg_TFLOPs/GPU; time-weighted mean: tokens (samples) over seconds", 80)
     if not tokens:
         lines.append("tokens/s: unknown, the log does not give the sequence length (pass --seq-length)")
     return lines
