@@ -47,7 +47,7 @@ def test_every_view_shows_the_same_jube_and_steady_figures(bench, tmp_path, meas
         assert parsed["summary"]["tokens_per_s"]["mean"] == pytest.approx(steady, rel=1e-4)
 
     status = bench("status").stdout
-    assert f"{jube:,.0f}" in status and "JUBE's figure" in status
+    assert f"{jube:,.2f}" in status and "JUBE's figure" in status
 
     from nlp_bench.app.local_jobs import LogFollower
 

@@ -158,7 +158,7 @@ def test_smoke_sweep_runs_every_point(slurm_cluster, tmp_path):
     shipped = (ROOT / "benchmark" / "grids" / "smoke.yaml").read_text()
     assert "  train-iters: 10\n" in shipped
     grid = tmp_path / "smoke.yaml"
-    grid.write_text(shipped.replace("  train-iters: 10\n", "  train-iters: 4\n  lr-warmup-iters: 1\n  log-interval: 2\n"))
+    grid.write_text(shipped.replace("  train-iters: 10\n", "  train-iters: 4\n  lr-warmup-iters: 1\n"))
     proc = run_bench("sweep", str(grid), "--system", "local-slurm", "--wait", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _csv_rows(run_bench("result", "table", "--format", "csv", cwd=tmp_path).stdout)

@@ -6,9 +6,14 @@ progress bar, `bench status`, the result table and its exports, `bench parse`, t
 - JUBE's figure (`jube_tokens_per_s`): the tokens of one global batch over the mean iteration time of every
   logged interval, nothing excluded, as the JUPITER result table computes it; our figure for a reference
   log is the figure the reference table shows, and it is the one the 560 s rule is judged on.
-- The steady state (`steady_state`): the same formula over the intervals after the warm-up (leading
-  intervals slower than WARMUP_FRACTION of the rest), with its spread. Where no interval is warm-up, the
-  two are the same number.
+- The steady state (`steady_state`): the same formula, by the same function, over the intervals after the
+  warm-up (leading intervals slower than WARMUP_FRACTION of the rest), with its spread. Where no interval is
+  warm-up, the two are the same number to the last bit.
+
+Both are time-weighted means of the intervals' rates (tokens over seconds, each interval's mean iteration
+counted once), never plain means of rates; samples/s is the same formula over one batch's samples, and the
+time to report is REPORT_TOKENS over the tokens/s it is quoted beside. The one plain mean is Avg_TFLOPs/GPU,
+the mean of the TFLOPs the log prints, as JUBE computes it; the one median is the median interval's rate.
 """
 
 from __future__ import annotations
@@ -84,14 +89,6 @@ def _mean(values: list[float]) -> float | None:
         return None
 
 
-def rate_of_mean_time(rates: list[float]) -> float | None:
-    """JUBE's formula over intervals known by their rates: one batch's tokens over the mean iteration time,
-    which for intervals of equal batches is the harmonic mean of their rates."""
-    if not rates or not all(r and r > 0 for r in rates):
-        return None
-    return _figure(lambda rs: len(rs) / math.fsum(1.0 / r for r in rs), rates)
-
-
 class JubeFigure:
     """JUBE's figure, fed one interval at a time (a growing log is not read twice): the tokens of one global
     batch (the last interval's) over the mean iteration time of every logged interval, warm-up included; for
@@ -99,9 +96,10 @@ class JubeFigure:
 
     def __init__(self, seq_length: int | None, global_batch_size: int | None = None) -> None:
         self.seq_length, self.global_batch_size = seq_length, global_batch_size
-        self._times = self._per_token = 0.0  # sums: iteration times; seconds per token of the printed rates
+        # sums: iteration times; seconds per token and per sample of the printed rates
+        self._times = self._per_token = self._per_sample = 0.0
         self._count = 0
-        self._timed = self._rated = True
+        self._timed = self._rated = self._sampled = True
         self._last: Record | None = None
 
     def add(self, record: Record) -> None:
@@ -111,15 +109,19 @@ class JubeFigure:
             self._times += record.iteration_time_s
         else:
             self._timed = False
-        rate = record_view(record, self.seq_length)["tokens_per_s"]
-        if rate:
-            self._per_token += 1.0 / rate
+        view = record_view(record, self.seq_length)
+        if view["tokens_per_s"]:
+            self._per_token += 1.0 / view["tokens_per_s"]
         else:
             self._rated = False
+        if view["samples_per_s"]:
+            self._per_sample += 1.0 / view["samples_per_s"]
+        else:
+            self._sampled = False
 
     @property
     def value(self) -> float | None:
-        """The figure so far; None where the log cannot give it."""
+        """Tokens/s so far; None where the log cannot give it."""
         if not self._count:
             return None
         gbs = self.global_batch_size or self._last.global_batch_size
@@ -128,14 +130,41 @@ class JubeFigure:
             return _figure(lambda t: gbs * seq * self._count / t, self._times)
         return _figure(lambda s: self._count / s, self._per_token) if self._rated else None
 
+    @property
+    def samples_per_s(self) -> float | None:
+        """The same formula over one batch's samples (sequences): the tokens/s over the sequence length."""
+        if not self._count:
+            return None
+        gbs = self.global_batch_size or self._last.global_batch_size
+        if gbs and self._timed:
+            return _figure(lambda t: gbs * self._count / t, self._times)
+        return _figure(lambda s: self._count / s, self._per_sample) if self._sampled else None
+
+
+def jube_figure(records: list[Record], seq_length: int | None, global_batch_size: int | None = None) -> JubeFigure:
+    """JUBE's formula over `records`: every interval's for the table's figures, the steady intervals' for the
+    steady state's."""
+    figure = JubeFigure(seq_length, global_batch_size)
+    for record in records:
+        figure.add(record)
+    return figure
+
 
 def jube_tokens_per_s(records: list[Record], seq_length: int | None,
                       global_batch_size: int | None = None) -> float | None:
     """JUBE's figure over `records` (see JubeFigure): what every view quotes as Tokens/sec."""
-    figure = JubeFigure(seq_length, global_batch_size)
-    for record in records:
-        figure.add(record)
-    return figure.value
+    return jube_figure(records, seq_length, global_batch_size).value
+
+
+def time_to_report_s(tokens_per_s: float | None, report_tokens: int = flops.REPORT_TOKENS) -> float | None:
+    """The benchmark's metric at this throughput; None where there is none."""
+    return _figure(flops.time_to_report, tokens_per_s, report_tokens) if tokens_per_s else None
+
+
+def logged_tflops_mean(records: list[Record]) -> float | None:
+    """Avg_TFLOPs/GPU as JUBE computes it: the plain mean of the TFLOPs the log prints, every interval."""
+    logged = [r.tflops_per_gpu for r in records if r.tflops_per_gpu is not None]
+    return _mean(logged) if logged else None
 
 
 def summarise(records: list[Record], seq_length: int, global_batch_size: int | None = None,
@@ -154,22 +183,19 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
     if not gbs:
         raise ValueError("the log does not give the global batch size; pass it")
     mean_time = _mean([r.iteration_time_s for r in records])
-    tps = jube_tokens_per_s(records, seq_length, gbs)
+    figure = jube_figure(records, seq_length, gbs)
+    tps = figure.value
     if mean_time is None or tps is None:
         return None  # times so large their sum overflows: no figure to report
-    logged = [r.tflops_per_gpu for r in records if r.tflops_per_gpu is not None]
     convention = flops.JUPITER if shape is None else flops.log_convention(shape)
-    if logged:
-        avg_tflops = _mean(logged)
-    elif shape is not None and devices:
+    avg_tflops = logged_tflops_mean(records)
+    if avg_tflops is None and shape is not None and devices:
         avg_tflops = flops.tflops_per_device(flops.CONVENTIONS[convention](shape), mean_time, devices)
-    else:
-        avg_tflops = None
     mfu = None
     if shape is not None and devices and peak_tflops:
         mfu = flops.tflops_per_device(flops.megatron_model_flops(shape), mean_time, devices) / peak_tflops
-    return Summary(len(records), records[-1].iteration, mean_time, gbs, seq_length, tps, gbs / mean_time,
-                   flops.time_to_report(tps, report_tokens), report_tokens, avg_tflops, convention, mfu)
+    return Summary(len(records), records[-1].iteration, mean_time, gbs, seq_length, tps, figure.samples_per_s,
+                   time_to_report_s(tps, report_tokens), report_tokens, avg_tflops, convention, mfu)
 
 
 # --- steady state: what `bench parse` reports -----------------------------------------------------------
@@ -177,6 +203,9 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
 #: Leading intervals slower than this fraction of the steady median count as warm-up (compilation,
 #: allocator growth, the first pipeline fill); they are excluded, at most half of the intervals.
 WARMUP_FRACTION = 0.9
+#: The fewest logged intervals that decide warm-up: the first of two is warm-up where it ran slower than
+#: WARMUP_FRACTION of the second; a single interval has nothing to be compared with.
+WARMUP_DECIDED_FROM = 2
 # two-sided 95% Student t quantiles for 1..30 degrees of freedom (published tables)
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -199,10 +228,11 @@ def record_view(record: Record, seq_length: int | None) -> dict:
     sequence length is the caller's, or the one the log states."""
     gbs, seconds = record.global_batch_size, record.iteration_time_s
     seq_length = seq_length or record.seq_length
-    samples = record.samples_per_s
-    if samples is None and gbs and seconds:
+    if gbs and seconds:  # one formula for every figure (the log's own rates where it cannot)
         samples = _figure(operator.truediv, gbs, seconds)
-    if gbs and seq_length and seconds:  # one formula for every figure (the log's own tokens/s where it cannot)
+    else:
+        samples = record.samples_per_s
+    if gbs and seq_length and seconds:
         tokens = _figure(tokens_per_s, gbs, seq_length, seconds)
     elif record.tokens_per_s is not None:
         tokens = record.tokens_per_s
@@ -213,9 +243,15 @@ def record_view(record: Record, seq_length: int | None) -> dict:
             "tflops_per_gpu": record.tflops_per_gpu, "mfu_percent": record.mfu_percent, "loss": record.loss}
 
 
+def warmup_decided(intervals: int) -> bool:
+    """Whether so many intervals can tell warm-up from the steady state (see WARMUP_DECIDED_FROM)."""
+    return intervals >= WARMUP_DECIDED_FROM
+
+
 def warmup_count(rates: list[float]) -> int:
-    """How many leading intervals are warm-up: slower than WARMUP_FRACTION of the median of the rest."""
-    if len(rates) < 3:
+    """How many leading intervals are warm-up: slower than WARMUP_FRACTION of the median of the rest, at most
+    half of them; 0 where warm-up cannot be decided."""
+    if not warmup_decided(len(rates)):
         return 0
     reference = statistics.median(rates[1:])
     count = 0
@@ -254,15 +290,18 @@ def steady_rates(records: list[Record], seq_length: int | None) -> tuple[int, li
     return skip, [t for t in tokens[skip:] if t]
 
 
-def steady_state(records: list[Record], seq_length: int | None) -> dict:
-    """The steady state: the warm-up intervals left out, JUBE's formula over the rest (`mean`: one batch's
-    tokens over the mean iteration time; `median`: the median interval's rate), the spread of the intervals'
-    rates (`std`) and the 95% confidence interval of `mean` (Student's t on the time per token, carried over to
-    tokens/s). `tokens_per_s` is None where the log cannot give tokens."""
+def steady_state(records: list[Record], seq_length: int | None, global_batch_size: int | None = None) -> dict:
+    """The steady state: the warm-up intervals left out, JUBE's formula over the rest by JUBE's function
+    (`mean`: the time-weighted mean of the intervals' rates, one batch's tokens over the mean iteration time;
+    `median`: the median interval's rate), the spread of the intervals' rates (`std`) and the 95% confidence
+    interval of `mean` (Student's t on the time per token, carried over to tokens/s). `tokens_per_s` is None
+    where the log cannot give tokens; `samples_per_s` is the same formula over one batch's samples."""
     skip, steady = steady_rates(records, seq_length)
-    out = {"intervals": len(records), "warmup_excluded": skip, "tokens_per_s": None}
-    mean = rate_of_mean_time(steady)
-    if mean is None:
+    figure = jube_figure(records[skip:], seq_length, global_batch_size)
+    out = {"intervals": len(records), "warmup_excluded": skip, "tokens_per_s": None,
+           "samples_per_s": figure.samples_per_s}
+    mean = figure.value
+    if mean is None or not steady:
         return out
     per_token = spread([1.0 / t for t in steady]) or {}
     ci95 = None
@@ -274,24 +313,27 @@ def steady_state(records: list[Record], seq_length: int | None) -> dict:
     return out
 
 
-def steady_summary(records: list[Record], seq_length: int | None,
-                   report_tokens: int = flops.REPORT_TOKENS) -> tuple[list[dict], dict]:
+def steady_summary(records: list[Record], seq_length: int | None, report_tokens: int = flops.REPORT_TOKENS,
+                   global_batch_size: int | None = None) -> tuple[list[dict], dict]:
     """The contract's records and summary: the steady state (warm-up excluded, spread reported) and JUBE's
-    all-intervals figure beside it under its own name."""
+    every-interval figures beside it under their own names (`*_all_intervals`: the table's figures, by the
+    table's functions)."""
     views = [record_view(r, seq_length) for r in records]
-    steady = steady_state(records, seq_length)
-    samples = [v["samples_per_s"] for v in views[steady["warmup_excluded"]:] if v["samples_per_s"] is not None]
+    steady = steady_state(records, seq_length, global_batch_size)
+    every = jube_figure(records, seq_length, global_batch_size)
     tokens_spread = steady["tokens_per_s"]
-    mean = tokens_spread["mean"] if tokens_spread else None
     summary = {
         "iterations": records[-1].iteration if records else 0,
         "intervals": len(records),
         "warmup_excluded": steady["warmup_excluded"],
         "tokens_per_s": tokens_spread,
-        "tokens_per_s_all_intervals": jube_tokens_per_s(records, seq_length),
-        "samples_per_s": _mean(samples) if samples else None,
+        "tokens_per_s_all_intervals": every.value,
+        "samples_per_s": steady["samples_per_s"],
+        "samples_per_s_all_intervals": every.samples_per_s,
         "report_tokens": report_tokens,
-        "time_to_report_s": _figure(flops.time_to_report, mean, report_tokens) if mean else None,
+        "time_to_report_s": time_to_report_s(tokens_spread["mean"] if tokens_spread else None, report_tokens),
+        "time_to_report_s_all_intervals": time_to_report_s(every.value, report_tokens),
+        "avg_tflops_per_gpu_all_intervals": logged_tflops_mean(records),
     }
     return views, summary
 
@@ -307,8 +349,7 @@ def energy_summary(records: list[Record], seq_length: int, report_tokens: int = 
     if not measured:
         return {"joules_per_token": None, "report_kwh": None, "source": None,
                 "reason": why_not or "the log has no energy figures"}
-    rates = [1.0 / r.iteration_time_s for r in records if r.iteration_time_s]
-    skip = warmup_count(rates) if len(rates) == len(records) else 0
+    skip = steady_rates(records, seq_length)[0]
     # iterations per interval: since the previous record (the first one: as many as the second interval had)
     spans = [b.iteration - a.iteration for a, b in zip(records, records[1:], strict=False)]
     spans = [spans[0] if spans else records[0].iteration, *spans]

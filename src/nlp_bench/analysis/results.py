@@ -88,7 +88,8 @@ def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None 
         "point": point.id, "format": parsed.format, "analysed": now_iso(), "source": seen,
         # the JUBE-compatible figures (every interval) the table shows, and the steady state beside them
         "summary": summary.to_dict() if summary else None,
-        "steady": metrics.steady_summary(records, seq_length)[1] if records else None,
+        "steady": (metrics.steady_summary(records, seq_length, global_batch_size=point.global_batch_size)[1]
+                   if records else None),
         "energy": _energy(point, records, log_tail, folder),
         "provenance": provenance(folder, log_tail, point),
         "xla": xla_counts(log_tail),

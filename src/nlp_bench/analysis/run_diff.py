@@ -64,10 +64,12 @@ def point_runs(run: Run) -> dict[str, PointRun]:
     return found
 
 
-def _steady_rates_of(result: dict[str, Any], seq_length: int | None) -> list[float]:
-    """The point's tokens/s per logged interval, warm-up intervals left out."""
+def _steady_of(result: dict[str, Any], seq_length: int | None) -> tuple[list[float], float | None]:
+    """The point's tokens/s per logged interval, warm-up intervals left out, and the steady figure over them
+    (the one result.json and the report show)."""
     records = [Record(**{k: r.get(k) for k in Record._fields}) for r in result.get("records") or []]
-    return metrics.steady_rates(records, seq_length)[1]
+    tokens = metrics.steady_state(records, seq_length)["tokens_per_s"]
+    return metrics.steady_rates(records, seq_length)[1], tokens["mean"] if tokens else None
 
 
 def ratio_interval(current: list[float], baseline: list[float]) -> tuple[float, tuple[float, float] | None]:
@@ -128,7 +130,7 @@ def compare_runs(current: dict[str, PointRun], baseline: dict[str, PointRun]) ->
         if before is None:
             continue
         seq = (now.result.get("summary") or {}).get("seq_length")
-        rates_now, rates_before = _steady_rates_of(now.result, seq), _steady_rates_of(before.result, seq)
+        (rates_now, mean_now), (rates_before, mean_before) = _steady_of(now.result, seq), _steady_of(before.result, seq)
         if not rates_now or not rates_before:
             missing = "this run" if not rates_now else "the baseline"
             changes.append(Change(point, None, None, None, None, f"not comparable: no iterations in {missing}"))
@@ -142,8 +144,7 @@ def compare_runs(current: dict[str, PointRun], baseline: dict[str, PointRun]) ->
             verdict = "slower"
         else:
             verdict = "within noise"
-        change = Change(point, metrics.rate_of_mean_time(rates_now), metrics.rate_of_mean_time(rates_before), ratio,
-                        interval, verdict)
+        change = Change(point, mean_now, mean_before, ratio, interval, verdict)
         if verdict in ("faster", "slower"):
             change.differences = provenance_differences(now, before) or [
                 "nothing recorded differs (same versions, environment and jobscript): look at the nodes' health"]

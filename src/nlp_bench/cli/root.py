@@ -10,8 +10,9 @@ import click
 
 from nlp_bench import __version__
 from nlp_bench.cli.one_line import BenchGroup
+from nlp_bench.cli.parse_commands import bench_parse
 from nlp_bench.cli.plan_commands import bench_plan
-from nlp_bench.cli.result_commands import bench_parse, result, result_report
+from nlp_bench.cli.result_commands import result, result_report
 from nlp_bench.cli.rules_commands import rules
 from nlp_bench.cli.run_commands import bench_run, cancel, status, sweep
 from nlp_bench.cli.setup_commands import bench_setup

@@ -75,7 +75,8 @@ def render_changes(changes: list, fmt: str, width: int | None = None) -> str:
     def number(value, digits):
         return "-" if value is None else f"{value:,.{digits}f}"
 
-    columns = ["point", "Tokens/sec", "baseline Tokens/sec", "ratio", "95% CI", "verdict"]
+    # the steady state's figure (warm-up excluded), not the table's Tokens/sec (JUBE's, every interval)
+    columns = ["point", "steady tokens/s", "baseline steady tokens/s", "ratio", "95% CI", "verdict"]
     rows = [[c.point, number(c.tokens_per_s, 2), number(c.baseline_tokens_per_s, 2), number(c.ratio, 3),
              f"{c.ci95[0]:.3f} .. {c.ci95[1]:.3f}" if c.ci95 else "-", c.verdict] for c in changes]
     if fmt == "csv":
@@ -87,8 +88,8 @@ def render_changes(changes: list, fmt: str, width: int | None = None) -> str:
     if fmt == "md":
         text = tabulate(rows, headers=columns, tablefmt="github", disable_numparse=True) + "\n"
     else:
-        text = condensed(columns, rows, width, ["point", "ratio", "verdict", "95% CI", "Tokens/sec",
-                                                "baseline Tokens/sec"], ["point"])
+        text = condensed(columns, rows, width, ["point", "ratio", "verdict", "95% CI", "steady tokens/s",
+                                                "baseline steady tokens/s"], ["point"])
     for change in changes:
         if change.differences:
             text += f"\n{change.point}: {change.verdict} ({change.ratio:.3f}x); differs from the baseline in:\n"

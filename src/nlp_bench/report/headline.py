@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from nlp_bench.analysis.metrics import warmup_decided
 from nlp_bench.analysis.reference import BASELINE_S, verdict
+from nlp_bench.report.figures import figure_text
 from nlp_bench.store import states
 from nlp_bench.words import counted
 
@@ -58,12 +60,12 @@ def headline(rows: list[dict[str, Any]], results: dict[tuple[str, str], dict]) -
     passed = verdict(model, seconds)
     name = f"{best.get('Model_Size')}B"
     if baseline is not None:
-        title = (f"{name}: {seconds:,.2f} s to report 20M tokens on {_layout(best)}: "
+        title = (f"{name}: {figure_text('time_to_report_s', seconds)} s to report 20M tokens on {_layout(best)}: "
                  f"{'within' if passed == 'pass' else 'over'} the {baseline:.0f} s baseline")
         why = WHY_JUBE.format(baseline=baseline)
     else:
-        title = (f"{name}, fastest of {counted(len(pool), 'point')}: {seconds:,.2f} s to report 20M tokens on "
-                 f"{_layout(best)}")
+        title = (f"{name}, fastest of {counted(len(pool), 'point')}: {figure_text('time_to_report_s', seconds)} s "
+                 f"to report 20M tokens on {_layout(best)}")
         why = WHY_JUBE_NO_BASELINE
     result = results.get((best.get("run"), best.get("point"))) or {}
     return Headline(title=title, point=best.get("point"), verdict=passed, why=why,
@@ -77,10 +79,13 @@ def steady_note(result: dict[str, Any], seconds: float) -> str:
     steady_s = steady.get("time_to_report_s")
     if not steady_s:
         return ""
-    skipped = steady.get("warmup_excluded", 0)
+    skipped, shown = steady.get("warmup_excluded", 0), figure_text("time_to_report_s", steady_s)
+    if not warmup_decided(steady.get("intervals") or 0):
+        return (f"Steady state: the job logged one interval, too few to tell warm-up from the steady state, so it "
+                f"is the same figure ({shown} s).")
     if not skipped:
         return (f"Steady state: no interval of {steady.get('intervals')} ran slow enough to count as warm-up, so it is "
-                f"the same figure ({steady_s:,.2f} s).")
+                f"the same figure ({shown} s).")
     times = [r.get("iteration_time_s") for r in result.get("records") or []]
     why = ""
     if len(times) == steady.get("intervals") and all(times):
@@ -88,6 +93,6 @@ def steady_note(result: dict[str, Any], seconds: float) -> str:
         slower = (sum(warm) / len(warm)) / (sum(rest) / len(rest)) - 1
         why = (f"; the gap is those intervals: they took {100 * slower:,.0f}% longer per iteration than the "
                f"{len(rest)} after them")
-    return (f"Steady state ({skipped} warm-up interval(s) of {steady.get('intervals')} left out): {steady_s:,.2f} s, "
+    return (f"Steady state ({skipped} warm-up interval(s) of {steady.get('intervals')} left out): {shown} s, "
             f"{100 * (steady_s / seconds - 1):+.1f}% against the quoted figure{why}. It is what this layout "
             "sustains once warm, the figure to compare layouts or trainers with.")

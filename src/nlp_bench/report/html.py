@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from nlp_bench import __version__, flops
+from nlp_bench.analysis.metrics import warmup_decided
 from nlp_bench.analysis.reference import compare
 from nlp_bench.analysis.results import RESULT_COLUMNS
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import write_text_atomic
 from nlp_bench.report import compare as comparison_table
+from nlp_bench.report.figures import figure_text
 from nlp_bench.report.headline import headline
 from nlp_bench.report.html_columns import table_columns
 from nlp_bench.report.table import format_cell
@@ -53,8 +55,8 @@ def _bases(results: dict[tuple[str, str], dict]) -> tuple[list[str], list[str]]:
 
 
 def _steady_rows(results: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
-    def num(value: float | None, digits: int = 2) -> str:
-        return "-" if value is None else f"{value:,.{digits}f}"
+    def num(value: float | None) -> str:
+        return figure_text("tokens_per_s", value)
 
     out = []
     for (_, point), result in results.items():
@@ -63,9 +65,11 @@ def _steady_rows(results: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
             continue
         tokens = summary.get("tokens_per_s") or {}
         ci = tokens.get("ci95")
-        out.append({"point": point, "intervals": summary["intervals"], "warmup": summary["warmup_excluded"],
+        out.append({"point": point, "intervals": summary["intervals"],
+                    "warmup": summary["warmup_excluded"] if warmup_decided(summary["intervals"]) else "undecided",
                     "mean": num(tokens.get("mean")), "median": num(tokens.get("median")), "std": num(tokens.get("std")),
-                    "ci": f"{num(ci[0])} .. {num(ci[1])}" if ci else "-", "report": num(summary.get("time_to_report_s"))})
+                    "ci": f"{num(ci[0])} .. {num(ci[1])}" if ci else "-",
+                    "report": figure_text("time_to_report_s", summary.get("time_to_report_s"))})
     return out
 
 

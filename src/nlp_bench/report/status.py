@@ -9,6 +9,7 @@ from typing import Any
 from nlp_bench.analysis.metrics import jube_tokens_per_s
 from nlp_bench.analysis.parsers import Parsed, parsed_file
 from nlp_bench.analysis.results import doubts
+from nlp_bench.report.figures import figure_text
 from nlp_bench.store import states
 from nlp_bench.store.names import JOB_OUT
 from nlp_bench.store.point_folder import PointDir
@@ -48,7 +49,7 @@ def point_status(point_dir: Path, notes: list[str] | None = None) -> dict[str, A
         "point": point.id, "state": attempt.state if attempt else states.NOT_SUBMITTED,
         "job": (attempt.job_id if attempt else None) or "-", "elapsed": _clock(attempt.elapsed_s() if attempt else None),
         "iteration": f"{last.iteration}/{last.total_iterations}" if last else "-",
-        "tokens/s": f"{tokens:,.0f}" if tokens else "-", "ETA": _clock(eta), "failure": failure,
+        "tokens/s": figure_text("tokens_per_s", tokens or None), "ETA": _clock(eta), "failure": failure,
     }
 
 

@@ -18,10 +18,13 @@ from nlp_bench.analysis.results import RESULT_COLUMNS, rows_frame
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import dumps, write_text_atomic
 from nlp_bench.report.condense import common_line, run_prefixes, same_on_every_row, shorter_ids
+from nlp_bench.report.figures import DECIMALS
 from nlp_bench.store.files import os_reason
 
-#: Digits shown per column; the files keep full precision except where rounding is the published form.
-_DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2, "MFU": 4, "Job_Time": 0,
+#: Digits shown per column (a figure's as every view shows it); the files keep full precision except where
+#: rounding is the published form.
+_DIGITS = {"Avg_TFLOPs/GPU": DECIMALS["tflops_per_gpu"], "Tokens/sec": DECIMALS["tokens_per_s"],
+           "time_to_report_in_seconds": DECIMALS["time_to_report_s"], "MFU": 4, "Job_Time": 0,
            "Predicted_Tokens/sec": 2, "Predicted/Measured": 3, "Joules/token": 4, "Report_kWh": 2}
 #: The pretty table's default columns, most wanted first: when the terminal is too narrow for all of them,
 #: the last ones go first. JUBE's core columns lead (what was measured and on which layout, then where and

@@ -51,6 +51,8 @@ _KEYS = {
 #: Megatron's argument dump at start (`  seq_length ...................... 2048`): the sequence length
 #: its iteration lines never print
 _ARGUMENT_SEQ = re.compile(r"\bseq_length \.{2,200} (\d{1,9})\b")
+#: this project's trainer says it in its layout line at start (`nlp-bench trainer: world 4 = ..., sequence 128;`)
+_TRAINER_SEQ = re.compile(r"nlp-bench trainer: world \d{1,9} = [^\n]{0,300}?, sequence (\d{1,9});")
 _TIME = {"elapsed time per iteration (s)": 1.0, "elapsed time per iteration (ms)": 1e-3}
 _POSITIVE = {"global_batch_size", "samples_per_s", "tokens_per_s", "tflops_per_gpu"}
 
@@ -328,6 +330,9 @@ class MegatronScan:
     def feed(self, text: str, start: int, end: int) -> None:
         if self.seq_length is None and text.find("seq_length .", start, end) >= 0:
             found = _ARGUMENT_SEQ.search(text, start, end)
+            self.seq_length = int(found.group(1)) if found else None
+        if self.seq_length is None and text.find("nlp-bench trainer: world ", start, end) >= 0:
+            found = _TRAINER_SEQ.search(text, start, end)
             self.seq_length = int(found.group(1)) if found else None
         lines = list(dict.fromkeys(_SUFFIX.findall(text, start, end)))
         if lines and text.find(", iteration", start, end) >= 0:
