@@ -80,7 +80,7 @@ def test_sweep_dry_run_writes_every_point_and_the_reasons(tmp_path):
     assert "31 points, 17 dropped" in proc.stdout and "sbatch jobscript.sbatch" in proc.stdout
     assert all((s.parent / "prediction.json").is_file() for s in scripts)
     table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
-    assert table.stdout.count("NOT_SUBMITTED") == 31
+    assert table.stdout.count("TO_SUBMIT") == 31
 
 GRID_VALUES = st.one_of(st.integers(-3, 64), st.text(max_size=8), st.lists(st.integers(0, 8), max_size=3),
                         st.none(), st.floats(allow_nan=True))
