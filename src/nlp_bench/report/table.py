@@ -26,9 +26,9 @@ _DIGITS = {"Avg_TFLOPs/GPU": 2, "Tokens/sec": 2, "time_to_report_in_seconds": 2,
 #: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one.
 PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Tokens/sec", "time_to_report_in_seconds",
             "Avg_TFLOPs/GPU", "Batch_Size", "Iterations", "system", "JobID", "Job_Time", "queue", "version",
-            "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec", "XLA_Graphs/step",
-            "XLA_Compiles")
-_PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
+            "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec", "Extrapolated",
+            "XLA_Graphs/step", "XLA_Compiles")
+_PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured", "Extrapolated")
 #: what torch-xla's graphs cost (result.json's "xla"), shown where some row ran on xla
 _XLA = ("XLA_Graphs/step", "XLA_Compiles")
 #: the columns that tell rows apart: those whose values differ between the rows shown go before all others
