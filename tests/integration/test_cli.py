@@ -83,7 +83,7 @@ def test_status_and_cancel_of_a_dry_run(tmp_path):
     assert run_bench("run", "--tag", "13", "--dry-run", cwd=tmp_path).returncode == 0
     run_id = next(tmp_path.glob("results/nlp/*")).name
     status = run_bench("status", cwd=tmp_path)
-    assert status.returncode == 0 and "NOT_SUBMITTED" in status.stdout and "gpt-13b_n8_tp2_pp4_mbs1_gas256" in status.stdout
+    assert status.returncode == 0 and "TO_SUBMIT" in status.stdout and "gpt-13b_n8_tp2_pp4_mbs1_gas256" in status.stdout
     cancelled = run_bench("cancel", run_id, cwd=tmp_path)
     assert cancelled.returncode == 0 and "cancelled before it was submitted" in cancelled.stdout, cancelled.stdout
     assert "nothing to cancel" in run_bench("cancel", run_id, cwd=tmp_path).stdout

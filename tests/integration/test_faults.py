@@ -18,6 +18,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -571,10 +572,20 @@ def test_a_submission_whose_answer_is_lost_is_found_not_repeated(on_slurm, tmp_p
     monkeypatch.setenv("NLP_BENCH_SBATCH_TIMEOUT", "4")
     monkeypatch.setenv("NLP_BENCH_SUBMIT_SETTLE", "8")
     run, (folder,) = dry_points(tmp_path, system="local-slurm")
-    with on_slurm.controller_paused():
+    # the controller answers bench's ping, then hangs as sbatch is called: sbatch pauses it before it asks
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    pid, real = on_slurm.controller_pid(), shutil.which("sbatch")
+    (tools / "sbatch").write_text(f'#!/bin/sh\nkill -STOP {pid}\nexec {real} "$@"\n')
+    (tools / "sbatch").chmod(0o755)
+    with monkeypatch.context() as patched:
+        patched.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
         proc = start("run", "--resume", run.name, cwd=tmp_path)
+    try:
         until(lambda: _processes("sbatch", folder), "sbatch to be waiting for the controller")
         until(lambda: not _processes("sbatch", folder), "sbatch to give up")
+    finally:
+        os.kill(pid, signal.SIGCONT)
     out, err = finish(proc)
     jobs = on_slurm.jobs_in(folder)
     attempt = job(folder)
@@ -582,7 +593,7 @@ def test_a_submission_whose_answer_is_lost_is_found_not_repeated(on_slurm, tmp_p
         assert proc.returncode == 0 and attempt.job_id == jobs[0][0] and len(jobs) == 1, out + err
     else:  # it did not: bench says so and leaves the point to run again
         one_line((proc.returncode, err), "nothing was queued")
-        assert attempt.state == "NOT_SUBMITTED"
+        assert attempt.state == "TO_SUBMIT"
     again = run_bench("run", "--resume", run.name, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert len(on_slurm.jobs_in(folder)) == 1, "one job for the point, whatever happened to sbatch's answer"

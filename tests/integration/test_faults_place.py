@@ -123,10 +123,10 @@ def test_a_point_json_that_is_not_its_jobscripts_layout_is_said_marked_and_not_r
         _edit_layout(tmp_path / folder, tp=tp)
         said = f"layout.tp is {tp} but {script} runs 2 (--tensor-model-parallel-size)"
         status = run_bench("status", run.name, cwd=tmp_path)
-        assert status.returncode == 0 and "NOT_SUBMITTED (mismatch)" in status.stdout, status.stdout + status.stderr
+        assert status.returncode == 0 and "TO_SUBMIT (mismatch)" in status.stdout, status.stdout + status.stderr
         assert f"bench: warning: {folder / 'point.json'} disagrees with its jobscript: {said}" in status.stderr
         table = run_bench("result", "table", run.name, "--format", "csv", cwd=tmp_path)
-        assert table.returncode == 0 and ",NOT_SUBMITTED (mismatch)," in table.stdout, table.stdout
+        assert table.returncode == 0 and ",TO_SUBMIT (mismatch)," in table.stdout, table.stdout
         assert said in table.stderr, table.stderr
         refused(run_bench("run", "--resume", run.name, cwd=tmp_path), str(folder / "point.json"), said)
         assert not started(tmp_path / folder) and job(tmp_path / folder) is None, "a disagreeing point was run"
@@ -189,7 +189,7 @@ def test_a_rendered_jobscript_s_layout_is_what_point_json_is_checked_against(tmp
     folder = next(tmp_path.glob("results/nlp/*/*/point.json")).parent
     _edit_layout(folder, tp=3, dp=2)
     table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
-    assert ",NOT_SUBMITTED (mismatch)," in table.stdout, table.stdout + table.stderr
+    assert ",TO_SUBMIT (mismatch)," in table.stdout, table.stdout + table.stderr
     assert "layout.tp is 3 but" in table.stderr and "runs 2 (--tensor-model-parallel-size); layout.dp is 2 but" \
         in table.stderr and "runs 1 (DP_SIZE)" in table.stderr, table.stderr
     refused(run_bench("run", "--resume", folder.parent.name, "--dry-run", cwd=tmp_path), "layout.tp is 3")

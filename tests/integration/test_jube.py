@@ -37,7 +37,7 @@ def test_tags_write_the_reference_jobscripts(tmp_path, tag, golden, nodes):
     assert len(scripts) == 1, proc.stdout
     assert scripts[0].read_text() == (ROOT / "slurm" / golden).read_text()
     rows = _table(_jube("result", "-a", str(tmp_path / "run"), cwd=tmp_path))
-    assert len(rows) == 1 and rows[0]["Nodes"] == nodes and rows[0]["state"] == "NOT_SUBMITTED", rows
+    assert len(rows) == 1 and rows[0]["Nodes"] == nodes and rows[0]["state"] == "TO_SUBMIT", rows
     assert rows[0]["system"] == "juwels-booster"
 
 

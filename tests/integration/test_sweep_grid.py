@@ -77,10 +77,10 @@ def test_sweep_dry_run_writes_every_point_and_the_reasons(tmp_path):
     assert len(planner) == 14 and all("GiB per device, 40 GiB available" in d["reason"] for d in planner)
     assert len(scripts) == len(meta["points"]) == 45 - 14
     assert len(dropped) == 3 + 14 and all(d["reason"] for d in dropped)
-    assert "31 points, 17 dropped" in proc.stdout and "sbatch jobscript.sbatch" in proc.stdout
+    assert "31 points, 17 dropped" in proc.stdout and f"bench sweep --resume {run_json.parent.name}" in proc.stdout
     assert all((s.parent / "prediction.json").is_file() for s in scripts)
     table = run_bench("result", "table", "--format", "csv", cwd=tmp_path)
-    assert table.stdout.count("NOT_SUBMITTED") == 31
+    assert table.stdout.count("TO_SUBMIT") == 31
 
 GRID_VALUES = st.one_of(st.integers(-3, 64), st.text(max_size=8), st.lists(st.integers(0, 8), max_size=3),
                         st.none(), st.floats(allow_nan=True))

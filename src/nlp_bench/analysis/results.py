@@ -25,8 +25,8 @@ from nlp_bench.store.runs import Run
 RESULT_COLUMNS = [
     "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
     "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
-    "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "state", "failure_class", "run",
-    "point", "trainer", "trainer_version", "Joules/token", "Report_kWh", "XLA_Graphs/step", "XLA_Compiles",
+    "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "Extrapolated", "state", "failure_class",
+    "run", "point", "trainer", "trainer_version", "Joules/token", "Report_kWh", "XLA_Graphs/step", "XLA_Compiles",
 ]
 
 
@@ -221,12 +221,13 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
     summary = result.get("summary") or {}
     lay = point.layout
     try:
-        predicted = (folder.prediction() or {}).get("tokens_per_s")
+        prediction = folder.prediction() or {}
     except StoreError as exc:
-        predicted = None
+        prediction = {}
         if notes is None:
             raise
         notes.append(f"{exc} (the row is shown without its prediction)")
+    predicted = prediction.get("tokens_per_s")
     measured = summary.get("tokens_per_s")
     if notes is not None:
         notes.extend(doubts(point_dir, attempt, result.get("unread") or []))
@@ -243,6 +244,8 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "Report_kWh": (result.get("energy") or {}).get("report_kwh"),
         "Predicted_Tokens/sec": predicted,
         "Predicted/Measured": predicted / measured if predicted and measured else None,
+        # the prediction lies outside the planner's corpus: trust it (and the ratio) less
+        "Extrapolated": prediction.get("extrapolated") if predicted else None,
         "state": attempt.state if attempt else states.NOT_SUBMITTED,
         "failure_class": attempt.failure_class if attempt else None,
         "run": run_id, "point": point.id, "trainer": point.trainer,

@@ -145,6 +145,8 @@ def _order(root: Path, points: list[Point], dry_run: bool, options: LaunchOption
 
         predicted = predictions(root, points)
     _preflight(points, predicted, dry_run, options.force)
+    if not dry_run:
+        executor.check_answers(system.name)
     first = points[0]
     return Order(root, first.benchmark, first.tag, tuple(points), executor, options, dry_run, predicted, extra or {},
                  on_write, on_run)
@@ -217,6 +219,7 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = _DEFAULTS, 
     executor = get_executor(todo[0].record.executor)
     options.check(executor)
     executor.check_available()
+    executor.check_answers(run.record().system)
     # the run's own results folder, which is not --results-dir where the run was named by its path
     written = Written(run, run.path.parent.parent, executor, options, tuple(todo), again=True)
     code = run_stages(written, start=launch_jobs)

@@ -301,8 +301,8 @@ class Predictor:
         self._trust: validation.Trust | None = None
 
     def __call__(self, point) -> dict | None:
-        """tokens/s with its interval, memory, fits, reason, extrapolated and calibrated; None on a system the
-        planner cannot time."""
+        """tokens/s with its interval, memory, fits, reason, extrapolated (and what lies outside the corpus) and
+        calibrated; None on a system the planner cannot time."""
         planned = points.from_point(point)
         name = planned.system.name
         try:
@@ -319,7 +319,8 @@ class Predictor:
             return None
         return {"tokens_per_s": p.tokens_per_s, "tokens_per_s_low": p.tokens_per_s_low,
                 "tokens_per_s_high": p.tokens_per_s_high, "memory_gib": p.memory_gib, "fits": p.fits,
-                "reason": p.reason, "extrapolated": p.extrapolated, "calibrated": calibrated}
+                "reason": p.reason, "extrapolated": p.extrapolated, "outside_corpus": list(p.outside),
+                "calibrated": calibrated}
 
 
 def predictions(results_dir: Path, pts: list) -> dict[str, dict]:

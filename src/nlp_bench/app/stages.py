@@ -27,6 +27,7 @@ from nlp_bench.app.stage_records import (
 from nlp_bench.launch.refresher import Refresher
 from nlp_bench.launch.render import render_compile_script, render_jobscript
 from nlp_bench.report.console import progress_bar, say, warn
+from nlp_bench.report.prediction_text import prediction_line
 from nlp_bench.report.table import render, terminal_width
 from nlp_bench.spec.batch import HOW_WORDS
 from nlp_bench.spec.benchmark import Point
@@ -34,7 +35,7 @@ from nlp_bench.store import locks, states
 from nlp_bench.store.names import COMPILE_SCRIPT, JOB_ERR, JOB_OUT, JOBSCRIPT, LOCAL_LOCK
 from nlp_bench.store.point_folder import PointDir
 from nlp_bench.store.records import PointRecord
-from nlp_bench.store.runs import create_run
+from nlp_bench.store.runs import Run, create_run
 
 
 def render_scripts(order: Order) -> Rendered:
@@ -51,7 +52,8 @@ def render_scripts(order: Order) -> Rendered:
 
 
 def write_run(rendered: Rendered) -> Written | Done:
-    """The run in the store, complete or not at all. A dry run ends here, saying how to submit by hand."""
+    """The run in the store, complete or not at all. A dry run ends here, with each point's prediction and
+    how to submit the run."""
     order = rendered.order
     system = order.points[0].system  # the points of a run share their system
 
@@ -76,7 +78,8 @@ def write_run(rendered: Rendered) -> Written | Done:
     say(f"  workspace {run.path}")
     points = tuple(PointOnDisk(run.path / p.record.id, p.record) for p in rendered.points)
     if order.dry_run:
-        _how_to_submit(run.path, [p.folder for p in points], bool(system.compile_command))
+        _predicted(rendered)
+        _how_to_submit(order, run, [p.folder for p in points], bool(system.compile_command))
         return Done(0)
     return Written(run, order.root, order.executor, order.options, points)
 
@@ -93,16 +96,40 @@ def _batches(points: Sequence[Point]) -> str:
     return f"global batch {shown} ({', '.join(hows) or 'as recorded'}{beside})"
 
 
-def _how_to_submit(run_path: Path, folders: list[Path], compiles: bool) -> None:
+#: the predictions a dry run prints before it says how many more there are (each point keeps its own)
+PREDICTIONS_SHOWN = 50
+
+
+def _predicted(rendered: Rendered) -> None:
+    """The planner's prediction of every point written, one line each: what a dry run is asked for before
+    node-hours are spent."""
+    shown = [p for p in rendered.points if p.prediction is not None][:PREDICTIONS_SHOWN]
+    system = rendered.order.points[0].system
+    for point in shown:
+        line = prediction_line(point.prediction, point.record.model["name"], system.device_memory_gib)
+        say(f"  {line}" if len(rendered.points) == 1 else f"  {point.record.id}: {line}")
+    more = sum(p.prediction is not None for p in rendered.points) - len(shown)
+    if more:
+        say(f"  ... and {more:,} more predictions (each point folder keeps its own)")
+
+
+def _how_to_submit(order: Order, run: Run, folders: list[Path], compiles: bool) -> None:
+    """The tracked way first: a resume submits the points and records their jobs, so that status, the table
+    and a later resume know them; by hand (one job, one chain) only where a scheduler queues them."""
+    # by its id under the results folder the commands default to, else by its folder (which any --results-dir finds)
+    ref = run.id if Path(order.root) == Path("results") else shlex.quote(str(run.path))
+    verb = "run" if len(folders) == 1 else "sweep"
+    what = f"{len(folders)} compile + run script pair(s)" if compiles else \
+        f"jobscript {folders[0] / JOBSCRIPT}" if len(folders) == 1 else f"{len(folders)} jobscripts"
+    say(f"  {what} written (not submitted)")
+    say(f"  submit with: bench {verb} --resume {ref} (tracked: `bench status` and `bench result table` follow it)")
+    if not order.executor.queues or len(folders) > 1:
+        return
     if compiles:
-        say(f"  {len(folders)} compile + run script pair(s) written (not submitted); submit a pair with:")
-        say(f"  cd <point> && sbatch --dependency=afterok:$(sbatch --parsable {COMPILE_SCRIPT}) {JOBSCRIPT}")
-    elif len(folders) == 1:
-        say(f"  jobscript {folders[0] / JOBSCRIPT} (not submitted)")
-        say(f"  submit it with: cd {shlex.quote(str(folders[0]))} && sbatch {JOBSCRIPT}")
+        say(f"  or by hand, untracked: cd {shlex.quote(str(folders[0]))} && "
+            f"sbatch --dependency=afterok:$(sbatch --parsable {COMPILE_SCRIPT}) {JOBSCRIPT}")
     else:
-        say(f"  {len(folders)} jobscripts written (not submitted); submit them all with:")
-        say(f"  for d in {shlex.quote(str(run_path))}/*/; do (cd \"$d\" && sbatch {JOBSCRIPT}); done")
+        say(f"  or by hand, untracked: cd {shlex.quote(str(folders[0]))} && sbatch {JOBSCRIPT}")
 
 
 def launch_jobs(written: Written) -> Launched | Done:

@@ -68,6 +68,10 @@ class Executor(Protocol):
     def check_available(self) -> None:
         """Raise LaunchError, before anything is written, when this executor cannot submit here."""
 
+    def check_answers(self, system: str) -> None:
+        """Raise LaunchError, naming `system`, when the scheduler does not answer now: asked after every
+        other check and before any point is handed to it, so that nothing is left waiting for its answer."""
+
     def submit(self, point_dir: Path, chain: Sequence[str] = (JOBSCRIPT,), after: Sequence[str] = ()) -> str:
         """Start a new attempt: the point's scripts in `chain` order, each only once the one before it
         completed successfully (a failure ends the chain), the first only once every job in `after`

@@ -112,6 +112,9 @@ class LocalExecutor:
     def check_available(self) -> None:
         """bash is all it needs, and every machine that runs bench has it."""
 
+    def check_answers(self, system: str) -> None:
+        """No scheduler to ask: this process runs the jobs."""
+
     def prefetch(self, job_ids: list[str]) -> None:
         """Nothing to ask ahead: a local job is looked at in /proc."""
 

@@ -40,6 +40,9 @@ def _seconds(name: str, default: float) -> float:
 
 #: how long one Slurm query may take before the controller counts as not answering
 QUERY_TIMEOUT_S = _seconds("NLP_BENCH_SLURM_TIMEOUT", 20)
+#: how long the controller may take to answer a ping before a submission is refused: a ping asks nothing of
+#: its queue, so a controller that lets it wait this long would leave a submission undecided for minutes
+PING_TIMEOUT_S = _seconds("NLP_BENCH_SLURM_PING_TIMEOUT", 10)
 #: how long sbatch may take (a busy controller answers late; sbatch itself gives up after MessageTimeout)
 SUBMIT_TIMEOUT_S = _seconds("NLP_BENCH_SBATCH_TIMEOUT", 60)
 #: how long a submission whose answer was lost is looked for before bench leaves it to a later `bench status`
@@ -202,6 +205,19 @@ class SlurmExecutor:
 
     def check_available(self) -> None:
         require("sbatch")
+
+    def check_answers(self, system: str) -> None:
+        """The controller answers `scontrol ping`, or the submission is refused here, before any point is
+        marked SUBMITTING: sbatch to a controller that is down or hung waits, then bench looks for the job
+        it may have queued, and the point stays undecided until the controller answers again."""
+        try:
+            proc = _ask([require("scontrol"), "ping"], PING_TIMEOUT_S)
+            said = one_line(_text(proc)) or _complaint(proc)
+            if not re.search(r"\bis UP\b", _text(proc)):
+                raise _NoAnswer(f"scontrol ping: {said}")
+        except _NoAnswer as exc:
+            raise LaunchError(f"system {system}: Slurm did not answer ({exc}): nothing was queued; start its "
+                              f"controller, or ask `bench doctor --system {system}`") from None
 
     # --- asking Slurm -----------------------------------------------------------------------------
 

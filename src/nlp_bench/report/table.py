@@ -32,11 +32,11 @@ _DIGITS = {"Avg_TFLOPs/GPU": DECIMALS["tflops_per_gpu"], "Tokens/sec": DECIMALS[
 #: the state and the columns that tell rows apart come before all of them (fit_columns).
 PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Tokens/sec", "time_to_report_in_seconds",
             "Avg_TFLOPs/GPU", "Batch_Size", "Iterations", "system", "JobID", "Job_Time", "queue", "version",
-            "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec", "XLA_Graphs/step",
-            "XLA_Compiles")
+            "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec", "Extrapolated",
+            "XLA_Graphs/step", "XLA_Compiles")
 #: the benchmark's figures: every fitted table keeps them, however narrow
 _FIGURES = ("Tokens/sec", "time_to_report_in_seconds")
-_PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured")
+_PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured", "Extrapolated")
 #: what torch-xla's graphs cost (result.json's "xla"), shown where some row ran on xla
 _XLA = ("XLA_Graphs/step", "XLA_Compiles")
 #: the columns that tell rows apart: those whose values differ between the rows shown go before all others

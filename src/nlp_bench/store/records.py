@@ -232,6 +232,7 @@ class Attempt:
         _positive(data, "number", path, "attempt.")
         _want(data, "executor", str, path, "attempt.")
         state = _want(data, "state", str, path, "attempt.")
+        state = states.OLD_SPELLINGS.get(state, state)
         if state not in states.ALL:
             raise StoreError(f"{path}: attempt.state {state!r} is not a job state ({', '.join(sorted(states.ALL))})")
         for key, kinds in _ATTEMPT_FIELDS.items():
@@ -241,7 +242,8 @@ class Attempt:
                 raise StoreError(f"{path}: attempt.{key} must be {names}, found {type(data[key]).__name__}")
         if data.get("process") is not None and not isinstance(data["process"].get("pid"), int):
             raise StoreError(f"{path}: attempt.process.pid must be a number")
-        return cls(**{k: v for k, v in data.items() if k in _ATTEMPT_FIELDS or k in ("number", "executor", "state")})
+        return cls(**{k: v for k, v in data.items() if k in _ATTEMPT_FIELDS or k in ("number", "executor")},
+                   state=state)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-#: written, never handed to an executor (or refused by it)
-NOT_SUBMITTED = "NOT_SUBMITTED"
+#: written, not handed to an executor yet (a dry run's points, a sweep's points before their turn, a point a
+#: scheduler refused): `--resume` hands it. Spelt as a point waiting for its turn, not as one that never runs
+NOT_SUBMITTED = "TO_SUBMIT"
+#: how older records spell a state (state.json keeps each attempt's state as it was written)
+OLD_SPELLINGS = {"NOT_SUBMITTED": NOT_SUBMITTED}
 #: handed to the scheduler whose answer is not recorded yet (bench died, or the answer was lost): the
 #: scheduler is asked for a job of the point's name and folder before anything is submitted again
 SUBMITTING = "SUBMITTING"

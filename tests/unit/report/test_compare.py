@@ -113,7 +113,7 @@ def test_table_over_runs_sorted_and_filtered(bench, results, tmp_path):
     lines = fast.output.splitlines()
     assert fast.exit_code == 0 and len(lines) == 2 and ",gpt-13b_n16_tp2_pp4_mbs1_gas128" in lines[1], fast.output
     header, *ordered = bench("result", "table", "--all", "--format", "csv", "--sort", "Tokens_sec").output.splitlines()
-    assert "NOT_SUBMITTED" in ordered[-1], "rows without the value come last"
+    assert "TO_SUBMIT" in ordered[-1], "rows without the value come last"
     where = [header.split(",").index(name) for name in ("point", "trainer", "trainer_version")]
     assert [ordered[-2].split(",")[i] for i in where] == ["gpt-13b_n16_tp2_pp4_mbs1_gas128", "builtin", __version__]
     frame = load_results(results)
@@ -202,7 +202,7 @@ def test_the_reference_rows_come_beside_the_newest_run_not_instead_of_it(bench, 
     assert {r["state"] for r in alone} == {"REFERENCE"}  # no run yet: the reference rows are all there is
     assert bench("run", "--tag", "13", "--dry-run").exit_code == 0
     rows = json.loads(bench("result", "table", "--reference", "--format", "json").output)
-    assert {r["state"] for r in rows} == {"REFERENCE", "NOT_SUBMITTED"} and len(rows) == len(alone) + 1
+    assert {r["state"] for r in rows} == {"REFERENCE", "TO_SUBMIT"} and len(rows) == len(alone) + 1
 
 def test_filter_sort_and_columns_take_one_spelling(bench, results):
     completed_175b(bench, results)
