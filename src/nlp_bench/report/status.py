@@ -81,7 +81,8 @@ def _whole(rows: list[dict[str, Any]], column: str) -> int:
 
 
 def status_table(rows: list[dict[str, Any]], title: str, width: int | None = None):
-    """One line per point. A column alike on every row of two or more is said once in the caption instead;
+    """One line per point, with its state always (what the command is asked for). Another column alike on
+    every row of two or more is said once in the caption instead;
     with a `width`, the columns that fit it whole, by _PRIORITY, the point ids shortened to what tells them
     apart where not all fit (the failure takes what is left, cut with an ellipsis: state.json and `bench
     result table --wide` keep it whole); the caption names the columns left out."""
@@ -91,7 +92,8 @@ def status_table(rows: list[dict[str, Any]], title: str, width: int | None = Non
     from nlp_bench.report.condense import common_line, same_on_every_row, shorter_ids
     from nlp_bench.report.table import CELL_EXTRA
 
-    common = same_on_every_row(STATUS_COLUMNS, [[str(row[c]) for c in STATUS_COLUMNS] for row in rows], ("point",))
+    common = same_on_every_row(STATUS_COLUMNS, [[str(row[c]) for c in STATUS_COLUMNS] for row in rows],
+                                ("point", "state"))
     columns = [c for c in STATUS_COLUMNS if c not in common]
     kept, used = _fit(rows, columns, width)
     said = {c: common[c] for c in STATUS_COLUMNS if c in common}
