@@ -62,7 +62,9 @@ def test_detected_cpu_partition_runs_ranks_on_cpus(slurm_tools, site):
     (site / "slurm" / "systems" / "cpu-nodes.yaml").write_text(text)
     system = load_system("cpu-nodes")
     assert (system.device, system.backend, system.devices_per_node, system.env["OMP_NUM_THREADS"]) == ("cpu", "gloo", 2, 64)
-    assert "gpus-per-node" not in system.sbatch and "peak_tflops" in missing
+    assert "gpus-per-node" not in system.sbatch and set(missing) == {"inter_node_gbps", "link_latency_us"}
+    # CPU ranks test the plumbing: nominal per-core figures (64 cores a rank) rather than blanks, each sourced
+    assert system.peak_tflops == 6.4 and system.memory_bandwidth_gbps == 640 and "AVX2" in system.sources["peak_tflops"]
 
 def test_detect_names_an_unknown_partition_in_one_line(slurm_tools, monkeypatch, tmp_path, bench):
     monkeypatch.setattr("nlp_bench.launch.slurm_inventory.run_command", fake_slurm)
@@ -73,6 +75,30 @@ def test_detect_names_an_unknown_partition_in_one_line(slurm_tools, monkeypatch,
     out = CliRunner().invoke(cli, ["system", "detect", "--partition", "gpuu", "-o", str(tmp_path / "x.yaml")])
     assert out.exit_code == 2 and "unknown partition 'gpuu'" in out.stderr and "did you mean 'gpu'" in out.stderr
     assert not (tmp_path / "x.yaml").exists()
+
+def test_what_slurm_cannot_tell_is_given_on_the_command_line_and_the_profile_is_planned(slurm_tools, site,
+                                                                                        monkeypatch):
+    """`--set inter_node_gbps=... --set link_latency_us=...`: nothing is left to fill in, the values carry
+    their source, and `bench plan` times the profile at once; a key detect does not write is one line."""
+    from click.testing import CliRunner
+
+    from nlp_bench.cli import cli
+    from nlp_bench.spec.systems import load_system
+
+    monkeypatch.setattr("nlp_bench.launch.slurm_inventory.run_command", fake_slurm)
+    profile = site / "slurm" / "systems" / "given.yaml"
+    out = CliRunner().invoke(cli, ["system", "detect", "-o", str(profile), "--set", "inter_node_gbps=25",
+                                   "--set", "link_latency_us=4.5"])
+    assert out.exit_code == 0 and "fill in" not in out.output, out.output
+    system = load_system("given")
+    assert (system.inter_node_gbps, system.link_latency_us) == (25, 4.5) and "--set" in system.sources["inter_node_gbps"]
+    assert "# FILL IN" not in profile.read_text() and ": FILL IN" not in profile.read_text()
+    plan = CliRunner().invoke(cli, ["plan", "--tag", "smoke", "--system", "given", "--top", "1"])
+    assert plan.exit_code == 0 and "bench run --tag smoke --system given" in plan.output, plan.output
+    for bad, said in (("ib_gbps=25", "unknown --set key 'ib_gbps'"), ("inter_node_gbps=fast", "a positive number")):
+        out = CliRunner().invoke(cli, ["system", "detect", "-o", str(site / "x.yaml"), "--set", bad])
+        assert out.exit_code == 2 and said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.output
+    assert not (site / "x.yaml").exists()
 
 def test_probe_names_the_gpu_and_an_unseen_gpu_means_cpu_ranks(slurm_tools, site, monkeypatch):
     """--probe: nvidia-smi's name picks the device (Gres here names no type); where nvidia-smi sees no GPU
@@ -98,7 +124,7 @@ def test_probe_names_the_gpu_and_an_unseen_gpu_means_cpu_ranks(slurm_tools, site
     (site / "slurm" / "systems" / "blind.yaml").write_text(text)
     system = load_system("blind")
     assert (system.device, system.backend, system.devices_per_node) == ("cpu", "gloo", 4)
-    assert system.sbatch["gpus-per-node"] == 4 and "found none" in text and "peak_tflops" in missing
+    assert system.sbatch["gpus-per-node"] == 4 and "found none" in text and "peak_tflops" not in missing
     monkeypatch.setattr(site_profile, "run_on_node", lambda *a, **k: (False, "srun: error: Unable to allocate"))
     with pytest.raises(Exception, match="probe job on partition gpu failed: srun: error: Unable to allocate"):
         detect("failed", probe=True, inventory=read_inventory(slurm))

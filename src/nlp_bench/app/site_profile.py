@@ -27,6 +27,14 @@ from nlp_bench.spec.devices import Device, find_device
 from nlp_bench.store.records import now_iso
 
 FILL_IN = "FILL IN"
+#: the figures a user may give `detect` (--set KEY=VALUE): what the planner and MFU read, and Slurm cannot tell
+GIVEN_KEYS = ("peak_tflops", "matmul_tflops", "device_memory_gib", "memory_bandwidth_gbps", "intra_node_gbps",
+              "inter_node_gbps", "link_latency_us")
+#: a rank on CPUs, per core it uses: nominal figures good enough to plan a plumbing test (CPU ranks test the
+#: launch and the trainer, not a site's speed), with where each comes from
+CPU_CORE = {"peak_tflops": (0.1, "nominal fp32 of an AVX2 core (2 FMA x 8 lanes x 2 FLOPs x ~3 GHz), per core of a rank"),
+            "intra_node_gbps": (2, "estimate for gloo over loopback TCP between ranks of one node"),
+            "memory_bandwidth_gbps": (10, "estimate for one core's share of DDR4, per core of a rank")}
 #: what a compute node reports to the probe: its name, its CPUs, and each GPU nvidia-smi can see
 PROBE = ('echo "node $(hostname -s)"; echo "cpus $(nproc)"; '
          'if out=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits 2>/dev/null); then '
@@ -94,8 +102,9 @@ def _environment_setup() -> tuple[list[str], str]:
 
 
 def detect(name: str, partition: str | None = None, account: str | None = None, probe: bool = False,
-           inventory: Inventory | None = None) -> tuple[str, list[str]]:
-    """The profile's text and the names of the fields left to fill in."""
+           inventory: Inventory | None = None, given: dict[str, float] | None = None) -> tuple[str, list[str]]:
+    """The profile's text and the names of the fields left to fill in; `given` fills figures Slurm cannot
+    tell (the network's, above all) from what the user knows, so a detected profile can be planned at once."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise SpecError(f"system name {name!r}: use letters, digits, '.', '_' and '-'")
     inventory = inventory or read_inventory()
@@ -110,11 +119,41 @@ def detect(name: str, partition: str | None = None, account: str | None = None, 
     found = parse_probe(*run_on_node(PROBE, chosen.name, account, typical.gpus)) if probe else None
     if found is not None and found.error:
         raise SpecError(f"the probe job on partition {chosen.name} failed: {found.error}")
-    return _profile(name, inventory, chosen.name, nodes, typical, account, found)
+    return _profile(name, inventory, chosen.name, nodes, typical, account, found, given or {})
+
+
+def parse_given(items: tuple[str, ...]) -> dict[str, float]:
+    """--set KEY=VALUE words into figures, each a positive number of a key in GIVEN_KEYS."""
+    given = {}
+    for item in items:
+        key, _, text = item.partition("=")
+        if key not in GIVEN_KEYS:
+            raise SpecError(unknown("--set key", key, GIVEN_KEYS))
+        try:
+            value = float(text)
+        except ValueError:
+            value = 0.0
+        if not value > 0 or value == float("inf"):
+            raise SpecError(f"--set {item}: give {key}=NUMBER, a positive number")
+        given[key] = int(value) if value.is_integer() else value
+    return given
+
+
+def _apply_given(entries: list[_Entry], given: dict[str, float], sources: dict[str, str],
+                 missing: list[str]) -> list[_Entry]:
+    """The entries with each given figure in place of what detect wrote (or after the device's figures)."""
+    out = [_Entry(e.key, given[e.key], "given with --set") if e.key in given else e for e in entries]
+    for key in [k for k in GIVEN_KEYS if k in given and all(e.key != k for e in entries)]:
+        out.append(_Entry(key, given[key], "given with --set"))
+    for key in given:
+        sources[key] = "given to `bench system detect --set`"
+        if key in missing:
+            missing.remove(key)
+    return out
 
 
 def _profile(name: str, inventory: Inventory, partition: str, nodes: list[SlurmNode], typical: SlurmNode,
-             account: str | None, probe: Probe | None) -> tuple[str, list[str]]:
+             account: str | None, probe: Probe | None, given: dict[str, float]) -> tuple[str, list[str]]:
     missing: list[str] = []
     seen_gpus = [g for g, _ in probe.gpus] if probe else []
     device = find_device(*seen_gpus, typical.gpu_type or "", *typical.features)
@@ -139,14 +178,17 @@ def _profile(name: str, inventory: Inventory, partition: str, nodes: list[SlurmN
                if gpu_node else "one rank per socket")
         cores = min(typical.cpus, probe.cpus) if probe and probe.cpus else typical.cpus
         entries += [_Entry("device", "cpu"), _Entry("device_name", "cpu"), _Entry("devices_per_node", ranks, why)]
-        entries += [_Entry("peak_tflops", None, f"{FILL_IN}: fp32 TFLOP/s one rank reaches (for MFU and the planner)"),
-                    _Entry("peak_precision", "fp32")]
-        missing.append("peak_tflops")
-        backend, env = "gloo", {"OMP_NUM_THREADS": max(1, cores // ranks)}
+        threads = max(1, cores // ranks)
+        for key, (per_core, source) in CPU_CORE.items():
+            entries.append(_Entry(key, round(per_core * threads, 3), "estimate: replace it with a measurement"))
+            sources[key] = source
+        entries.append(_Entry("peak_precision", "fp32"))
+        backend, env = "gloo", {"OMP_NUM_THREADS": threads}
     for key, what in (("inter_node_gbps", "GB/s one node injects into the network, all NICs, one direction"),
                       ("link_latency_us", "microseconds per collective step across nodes")):
         entries.append(_Entry(key, None, f"{FILL_IN}: {what} (the planner needs it)"))
         missing.append(key)
+    entries = _apply_given(entries, given, sources, missing)
     if sources:
         entries.append(_Entry("sources", sources))
     sbatch: dict[str, Any] = {"partition": partition}

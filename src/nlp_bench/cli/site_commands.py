@@ -48,17 +48,23 @@ def system_show(name: str) -> None:
 @click.option("--account", default=None, help="Write this account into the profile (and use it for --probe).")
 @click.option("--probe", is_flag=True,
               help="Also run a one-minute job on a node of the partition: the GPUs nvidia-smi sees and the CPUs.")
+@click.option("--set", "given_items", multiple=True, metavar="KEY=VALUE",
+              help="A figure Slurm cannot tell, e.g. inter_node_gbps=100 (GB/s a node injects, all NICs, one "
+                   "direction) or link_latency_us=5; also peak_tflops, matmul_tflops, device_memory_gib, "
+                   "memory_bandwidth_gbps, intra_node_gbps. Repeatable.")
 @click.option("--force", is_flag=True, help="Replace an existing file.")
-def system_detect(output: Path, partition: str | None, account: str | None, probe: bool, force: bool) -> None:
+def system_detect(output: Path, partition: str | None, account: str | None, probe: bool,
+                  given_items: tuple[str, ...], force: bool) -> None:
     """Write a system profile from the live Slurm (sinfo/scontrol): nodes, GPUs per node from Gres, CPUs,
     memory, partitions and time limits, the device's peak figures where the GPU is known; what Slurm cannot
-    tell is marked FILL IN."""
-    from nlp_bench.app.site_profile import detect, write_profile
+    tell is marked FILL IN, unless given with --set."""
+    from nlp_bench.app.site_profile import detect, parse_given, write_profile
     from nlp_bench.spec.systems import systems_dir
 
     if output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to replace it")
-    text, missing = detect(output.stem, partition, account, probe)
+    given = parse_given(given_items)
+    text, missing = detect(output.stem, partition, account, probe, given=given)
     write_profile(output, text)
     click.echo(f"wrote {output}")
     if missing:
