@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nlp_bench.app.record_checks import layout_disagreement
-from nlp_bench.app.refusals import point_refusals
+from nlp_bench.app.refusals import not_fitting, point_refusals
 from nlp_bench.app.stage_records import LaunchOptions, Order, PointOnDisk, Written
 from nlp_bench.app.stages import launch_jobs, run_stages
 from nlp_bench.app.sweep_selection import DEFAULT_MAX_POINTS, SHOWN_LAYOUT, Selection
@@ -206,6 +206,8 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = _DEFAULTS, 
         else:
             skipped.append((point, state))
     _refuse_disagreeing(todo)
+    if not dry_run:
+        _refuse_not_fitting(todo, options.force)
     say(f"run {run.id}: {len(todo)} point(s) to run again, {len(skipped)} left as they are")
     for point, state in skipped:
         say(f"  kept {point.id} ({state})")
@@ -224,6 +226,14 @@ def resume(results_dir: Path, run_ref: str, options: LaunchOptions = _DEFAULTS, 
     written = Written(run, run.path.parent.parent, executor, options, tuple(todo), again=True)
     code = run_stages(written, start=launch_jobs)
     return code or (1 if problems else 0)
+
+
+def _refuse_not_fitting(todo: list[PointOnDisk], force: bool) -> None:
+    """What the dry run predicted not to fit is refused here as `bench run` refuses it (unless --force)."""
+    lines = [line for item in todo if (line := not_fitting(item.folder.name, PointDir(item.folder).prediction(), force))]
+    if lines:
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        raise SpecError(f"{lines[0]}{more}; nothing was submitted")
 
 
 def _refuse_disagreeing(todo: list[PointOnDisk]) -> None:

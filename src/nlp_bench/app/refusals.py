@@ -15,6 +15,14 @@ def point_refusals(point: Point, prediction: dict | None, force: bool) -> list[s
     top: they depend on the machine the run starts from, so a jobscript's header cannot say them."""
     if point.unrunnable:
         return [f"{point.id}: {point.unrunnable}"]
-    if not force and prediction is not None and not prediction["fits"]:
-        return [f"{point.id} is predicted not to fit: {prediction['reason']} (bench plan; --force submits it anyway)"]
-    return []
+    line = not_fitting(point.id, prediction, force)
+    return [line] if line else []
+
+
+def not_fitting(point_id: str, prediction: dict | None, force: bool) -> str | None:
+    """The refusal of a point the planner predicted not to fit in device memory (None where it fits, was
+    not predicted, or `force` says submit anyway): read by a new run and by --resume of a dry run's points
+    alike, so the tracked way to submit refuses what `bench run` refuses."""
+    if force or prediction is None or prediction.get("fits") is not False:
+        return None
+    return f"{point_id} is predicted not to fit: {prediction['reason']} (bench plan; --force submits it anyway)"

@@ -77,3 +77,18 @@ def test_a_record_that_says_not_submitted_still_reads(bench, results):
     out = bench("run", "--resume", folder.parent.name, "--dry-run")
     assert out.exit_code == 0 and "1 point(s) to run again" in out.output, out.output
     assert "TO_SUBMIT" in bench("status").output
+
+
+def test_the_tracked_way_refuses_what_a_run_refuses(bench, results):
+    """A dry run's point predicted not to fit: `--resume`, the way the dry run suggests to submit it, refuses
+    it as `bench run` would, in one line, before anything reaches the scheduler (--force submits anyway)."""
+    out = bench("run", "--tag", "175", "--tp", "2", "--pp", "2", "--gas", "1", "--dry-run")
+    assert out.exit_code == 0 and "predicted not to fit" in out.output, out.output
+    assert _prediction(results)["fits"] is False
+    (run,) = [p.name for p in results.glob("nlp/*")]
+    refused = bench("sweep", "--resume", run)
+    assert refused.exit_code == 2, refused.output
+    assert "is predicted not to fit" in refused.stderr and "nothing was submitted" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    (point,) = results.glob("nlp/*/*/")
+    assert PointDir(point).state().state == states.NOT_SUBMITTED
