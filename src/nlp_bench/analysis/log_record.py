@@ -22,6 +22,8 @@ STEP_TIMERS = ("train_step_timing in s", "train_step_timing", "train_step_time")
 #: An iteration time at or below this (seconds) is a broken line, not a measurement: no training step
 #: takes a nanosecond, and rates derived from such a time overflow to infinity.
 MIN_SECONDS = 1e-9
+#: The auxiliary losses of mixture-of-experts runs, in Record's order: the JSON keeps them as logged.
+AUX_LOSSES = ("load_balancing_loss", "seq_load_balancing_loss", "global_load_balancing_loss", "z_loss", "mtp_loss")
 #: A count (batch size, samples, iterations) this large is a broken field: no trainer counts past int64.
 MAX_COUNT = 1 << 63
 
@@ -56,6 +58,13 @@ class Record(NamedTuple):
     energy_j: float | None = None  # joules the job's GPUs used over the interval (this trainer, with NVML)
     seq_length: int | None = None  # where the log states it (Megatron's lines never do)
     mfu_percent: float | None = None  # model FLOPs utilisation as the framework printed it, in percent
+    # a mixture-of-experts run's auxiliary losses, as Megatron-LM and Megatron-Bridge print them (each the
+    # mean over the MoE layers and the interval); None in a dense run's log
+    load_balancing_loss: float | None = None  # the router's auxiliary loss (`--moe-router-load-balancing-type aux_loss`)
+    seq_load_balancing_loss: float | None = None  # its per-sequence variant (`seq_aux_loss`, DeepSeek-V3)
+    global_load_balancing_loss: float | None = None  # its global-batch variant (`global_aux_loss`)
+    z_loss: float | None = None  # the router's z-loss (`--moe-z-loss-coeff`)
+    mtp_loss: float | None = None  # the first multi-token-prediction depth's loss (`mtp_1 loss`)
 
     def to_dict(self) -> dict:
         return self._asdict()

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from nlp_bench import flops
+from nlp_bench.analysis.log_record import AUX_LOSSES
 from nlp_bench.analysis.parsers import Record
 
 
@@ -89,6 +90,13 @@ def _mean(values: list[float]) -> float | None:
         return None
 
 
+def measured(records: list[Record]) -> list[Record]:
+    """The records a rate can be drawn from: those with a time or a printed rate. A framework's first line
+    of an excerpt (torchtitan's, with nothing before it to time it against) is a record of its loss, never
+    a zero-second interval to divide by."""
+    return [r for r in records if r.iteration_time_s or r.tokens_per_s or r.samples_per_s]
+
+
 class JubeFigure:
     """JUBE's figure, fed one interval at a time (a growing log is not read twice): the tokens of one global
     batch (the last interval's) over the mean iteration time of every logged interval, warm-up included; for
@@ -103,6 +111,8 @@ class JubeFigure:
         self._last: Record | None = None
 
     def add(self, record: Record) -> None:
+        if not (record.iteration_time_s or record.tokens_per_s or record.samples_per_s):
+            return  # an untimed record (see measured) is no interval of the figure
         self._count += 1
         self._last = record
         if record.iteration_time_s:
@@ -177,6 +187,7 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
     `shape` and `devices`, in the convention a log of this model uses (flops.log_convention). MFU uses Megatron's
     model FLOPs against the device's peak.
     """
+    records = measured(records)
     if not records:
         return None
     gbs = global_batch_size or records[-1].global_batch_size
@@ -225,7 +236,8 @@ def t95(df: int) -> float:
 def record_view(record: Record, seq_length: int | None) -> dict:
     """One record as the documented JSON contract has it; null where the log cannot say, and where a rate
     derived from it is no finite number (a time so short, or a batch so large, that it overflows). The
-    sequence length is the caller's, or the one the log states."""
+    sequence length is the caller's, or the one the log states. A mixture-of-experts run's auxiliary losses
+    are keys only where the line prints them: a dense log's records keep the keys they always had."""
     gbs, seconds = record.global_batch_size, record.iteration_time_s
     seq_length = seq_length or record.seq_length
     if gbs and seconds:  # one formula for every figure (the log's own rates where it cannot)
@@ -240,7 +252,22 @@ def record_view(record: Record, seq_length: int | None) -> dict:
         tokens = _figure(operator.mul, samples, seq_length) if samples is not None and seq_length else None
     return {"iteration": record.iteration, "iteration_time_s": seconds, "global_batch_size": gbs,
             "seq_length": seq_length, "tokens_per_s": tokens, "samples_per_s": samples,
-            "tflops_per_gpu": record.tflops_per_gpu, "mfu_percent": record.mfu_percent, "loss": record.loss}
+            "tflops_per_gpu": record.tflops_per_gpu, "mfu_percent": record.mfu_percent, "loss": record.loss,
+            **{name: value for name in AUX_LOSSES if (value := getattr(record, name)) is not None}}
+
+
+def last_aux_losses(records: list[Record]) -> dict[str, float]:
+    """Each auxiliary loss the log prints (a mixture-of-experts run's) at the last record that has it: where
+    the run's balancing ended up; empty for a dense run."""
+    found: dict[str, float] = {}
+    for record in reversed(records):
+        for name in AUX_LOSSES:
+            value = getattr(record, name)
+            if value is not None and name not in found:
+                found[name] = value
+        if len(found) == len(AUX_LOSSES):
+            break
+    return {name: found[name] for name in AUX_LOSSES if name in found}
 
 
 def warmup_decided(intervals: int) -> bool:
@@ -281,7 +308,9 @@ def spread(values: list[float]) -> dict | None:
 
 
 def steady_rates(records: list[Record], seq_length: int | None) -> tuple[int, list[float]]:
-    """How many leading intervals are warm-up, and the tokens/s of each interval after them."""
+    """How many leading intervals are warm-up, and the tokens/s of each interval after them (of the
+    measured records: see measured)."""
+    records = measured(records)
     views = [record_view(r, seq_length) for r in records]
     tokens = [v["tokens_per_s"] for v in views]
     samples = [v["samples_per_s"] for v in views]
@@ -297,7 +326,7 @@ def steady_state(records: list[Record], seq_length: int | None, global_batch_siz
     interval of `mean` (Student's t on the time per token, carried over to tokens/s). `tokens_per_s` is None
     where the log cannot give tokens; `samples_per_s` is the same formula over one batch's samples."""
     skip, steady = steady_rates(records, seq_length)
-    figure = jube_figure(records[skip:], seq_length, global_batch_size)
+    figure = jube_figure(measured(records)[skip:], seq_length, global_batch_size)
     out = {"intervals": len(records), "warmup_excluded": skip, "tokens_per_s": None,
            "samples_per_s": figure.samples_per_s}
     mean = figure.value
@@ -334,6 +363,7 @@ def steady_summary(records: list[Record], seq_length: int | None, report_tokens:
         "time_to_report_s": time_to_report_s(tokens_spread["mean"] if tokens_spread else None, report_tokens),
         "time_to_report_s_all_intervals": time_to_report_s(every.value, report_tokens),
         "avg_tflops_per_gpu_all_intervals": logged_tflops_mean(records),
+        "aux_losses": last_aux_losses(records),
     }
     return views, summary
 
@@ -345,8 +375,8 @@ def energy_summary(records: list[Record], seq_length: int, report_tokens: int = 
                    why_not: str | None = None) -> dict:
     """Joules per token over the steady intervals (warm-up excluded, as for the steady tokens/s) and the
     kWh the report's training would take at that rate; nulls with the reason where the log has no energy."""
-    measured = [r for r in records if r.energy_j is not None and r.global_batch_size]
-    if not measured:
+    records = measured(records)
+    if not [r for r in records if r.energy_j is not None and r.global_batch_size]:
         return {"joules_per_token": None, "report_kwh": None, "source": None,
                 "reason": why_not or "the log has no energy figures"}
     skip = steady_rates(records, seq_length)[0]

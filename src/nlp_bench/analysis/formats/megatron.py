@@ -47,6 +47,13 @@ _KEYS = {
     "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", float),
     "energy (J)": ("energy_j", float),
     "actual seqlen": ("seq_length", int),  # Megatron-DeepSpeed
+    # mixture-of-experts runs (Megatron-LM core_v0.20.0 and Megatron-Bridge print each tracked aux loss
+    # beside `lm loss`, `{:.6E}`; the per-layer values go to TensorBoard only)
+    "load_balancing_loss": ("load_balancing_loss", float),
+    "seq_load_balancing_loss": ("seq_load_balancing_loss", float),
+    "global_load_balancing_loss": ("global_load_balancing_loss", float),
+    "z_loss": ("z_loss", float),
+    "mtp_1 loss": ("mtp_loss", float),
 }
 #: Megatron's argument dump at start (`  seq_length ...................... 2048`): the sequence length
 #: its iteration lines never print
@@ -89,8 +96,11 @@ def _value(raw: str, handler: _Handler) -> float | int | None:
 #: the longest start of a key's text that ends with a character a key cannot hold (letters, spaces, / ( ) -)
 _KEY_END = re.compile(r".*[^A-Za-z /()\-]", re.S)
 _LETTER = re.compile(r"[A-Za-z]")
+#: a key that is a Python name (`load_balancing_loss`, `mtp_1 loss`: the loss names MoE runs print), read
+#: whole where the key rule above would keep only what follows its last `_`
+_NAME_KEY = re.compile(r"(?:^|[ \t])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+(?: loss)?)[ \t]*$")
 _VALUE_CHARS = "-+0123456789.eEinfa"
-_KEY_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz /()-"
+_KEY_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz /()-_"
 #: the Neuron reference's last field, which no `|` closes
 _OPEN_LAST = "throughput"
 #: a Warnings reason: a record's last field ran into the end of its line
@@ -140,6 +150,8 @@ def _field(segment: str) -> tuple[str, str] | None:
         now, _, mean = raw.partition("/")
         raw = now if _looks_numeric(now) and _looks_numeric(mean) else raw
     body = segment[:colon].rstrip()
+    if "_" in body and (name := _NAME_KEY.search(body)):
+        return name.group(1), raw
     end = _KEY_END.match(body)
     letter = _LETTER.search(body, end.end() if end else 0)
     return (body[letter.start():], raw) if letter else None

@@ -108,11 +108,12 @@ class TorchtitanScan(ItemScan):
                     and iteration > previous[0] and when - previous[1] > MIN_SECONDS:
                 seconds = (when - previous[1]) / (iteration - previous[0])
             previous = (iteration, when)
-            if seconds or total:
-                out.append(Record(iteration, None, seconds, global_batch_size=count(gbs), loss=number(loss),
-                                  grad_norm=number(norm) if norm else None, tokens_per_s=total,
-                                  tflops_per_gpu=number(tflops.replace(",", "")) if tflops else None,
-                                  mfu_percent=number(mfu) if mfu else None, seq_length=seq))
+            # every step line is a record, timed or not: the first of an excerpt (no earlier step to time
+            # it against, no mesh line to scale its tps) still holds its loss, TFLOP/s and MFU
+            out.append(Record(iteration, None, seconds, global_batch_size=count(gbs), loss=number(loss),
+                              grad_norm=number(norm) if norm else None, tokens_per_s=total,
+                              tflops_per_gpu=number(tflops.replace(",", "")) if tflops else None,
+                              mfu_percent=number(mfu) if mfu else None, seq_length=seq))
         if rows and not world:
             warnings["torchtitan's tps is per device and the log names no device mesh: steps timed by the "
                      "timestamps, tokens/s only where the batch and sequence length are known"] += len(rows)
