@@ -90,7 +90,7 @@ def _mean(values: list[float]) -> float | None:
         return None
 
 
-def measured(records: list[Record]) -> list[Record]:
+def timed_records(records: list[Record]) -> list[Record]:
     """The records a rate can be drawn from: those with a time or a printed rate. A framework's first line
     of an excerpt (torchtitan's, with nothing before it to time it against) is a record of its loss, never
     a zero-second interval to divide by."""
@@ -112,7 +112,7 @@ class JubeFigure:
 
     def add(self, record: Record) -> None:
         if not (record.iteration_time_s or record.tokens_per_s or record.samples_per_s):
-            return  # an untimed record (see measured) is no interval of the figure
+            return  # an untimed record (see timed_records) is no interval of the figure
         self._count += 1
         self._last = record
         if record.iteration_time_s:
@@ -187,7 +187,7 @@ def summarise(records: list[Record], seq_length: int, global_batch_size: int | N
     `shape` and `devices`, in the convention a log of this model uses (flops.log_convention). MFU uses Megatron's
     model FLOPs against the device's peak.
     """
-    records = measured(records)
+    records = timed_records(records)
     if not records:
         return None
     gbs = global_batch_size or records[-1].global_batch_size
@@ -309,8 +309,8 @@ def spread(values: list[float]) -> dict | None:
 
 def steady_rates(records: list[Record], seq_length: int | None) -> tuple[int, list[float]]:
     """How many leading intervals are warm-up, and the tokens/s of each interval after them (of the
-    measured records: see measured)."""
-    records = measured(records)
+    records with a time or a rate: see timed_records)."""
+    records = timed_records(records)
     views = [record_view(r, seq_length) for r in records]
     tokens = [v["tokens_per_s"] for v in views]
     samples = [v["samples_per_s"] for v in views]
@@ -326,7 +326,7 @@ def steady_state(records: list[Record], seq_length: int | None, global_batch_siz
     interval of `mean` (Student's t on the time per token, carried over to tokens/s). `tokens_per_s` is None
     where the log cannot give tokens; `samples_per_s` is the same formula over one batch's samples."""
     skip, steady = steady_rates(records, seq_length)
-    figure = jube_figure(measured(records)[skip:], seq_length, global_batch_size)
+    figure = jube_figure(timed_records(records)[skip:], seq_length, global_batch_size)
     out = {"intervals": len(records), "warmup_excluded": skip, "tokens_per_s": None,
            "samples_per_s": figure.samples_per_s}
     mean = figure.value
@@ -375,7 +375,7 @@ def energy_summary(records: list[Record], seq_length: int, report_tokens: int = 
                    why_not: str | None = None) -> dict:
     """Joules per token over the steady intervals (warm-up excluded, as for the steady tokens/s) and the
     kWh the report's training would take at that rate; nulls with the reason where the log has no energy."""
-    records = measured(records)
+    records = timed_records(records)
     if not [r for r in records if r.energy_j is not None and r.global_batch_size]:
         return {"joules_per_token": None, "report_kwh": None, "source": None,
                 "reason": why_not or "the log has no energy figures"}

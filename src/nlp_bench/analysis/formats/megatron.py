@@ -3,7 +3,9 @@ JUPITER-patched Megatron-LM with torchrun `[defaultN]:` prefixes, seconds, sampl
 (`megatron-jupiter`), older Megatron in milliseconds (`megatron`; its 2019 releases print `lm loss 1.0E+01`
 without a colon), current Megatron-LM with a timestamp and `throughput per GPU (TFLOP/s/GPU)`
 (`megatron-current`), Megatron-DeepSpeed with `consumed tokens` (`megatron-deepspeed`), and the AWS Neuron
-reference with a trailing `throughput:` in sequences/s (`neuron-megatron`).
+reference with a trailing `throughput:` in sequences/s (`neuron-megatron`). Mixture-of-experts runs of
+Megatron-LM and Megatron-Bridge add their auxiliary losses beside `lm loss` (`load_balancing_loss: 1.0E+00 |`,
+`z_loss: ... |`, `mtp_1 loss: ... |`), which become record fields.
 
 A value is only trusted when its field is closed by `|`: every variant ends its line with one, except the
 Neuron reference, whose last field is `throughput:`. A line whose last field runs into the line's end

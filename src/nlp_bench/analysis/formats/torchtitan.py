@@ -9,7 +9,10 @@ The start-up lines say the rest: the global batch and sequence length (`Trainer 
 `Training starts at step 1, with ...`), the world size (`Building N-D device mesh with [...], [4, 2]`,
 or `Building device mesh with parallelism: pp=1, dp_replicate=1, dp_shard=8, cp=1, tp=1, ep=1`). With them
 the job's tokens/s is tps x world size and a step takes one batch's tokens over that; without the batch, a
-step's time is the log's timestamps apart over the steps between two lines.
+step's time is the log's timestamps apart over the steps between two lines, and the first line of an excerpt
+(nothing before it) is a record of its loss, TFLOP/s and MFU with no time. An MoE run prints the same line
+(its load-balancing figures go to TensorBoard and W&B only); its mesh's `ep` and `etp` are carved out of
+dp_shard and cp, so they are no factor of the world size.
 """
 
 from __future__ import annotations
