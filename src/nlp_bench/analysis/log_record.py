@@ -67,7 +67,13 @@ class Record(NamedTuple):
     mtp_loss: float | None = None  # the first multi-token-prediction depth's loss (`mtp_1 loss`)
 
     def to_dict(self) -> dict:
-        return self._asdict()
+        """The stored form: an aux loss the log does not print is no key, so a dense run's results keep the
+        keys they always had."""
+        found = self._asdict()
+        for name in AUX_LOSSES:
+            if found[name] is None:
+                del found[name]
+        return found
 
 
 def number(raw: str) -> float | None:

@@ -13,7 +13,7 @@ from conftest import DATA
 from nlp_bench.analysis import metrics, parsers
 from nlp_bench.analysis.formats import megatron
 from nlp_bench.analysis.formats.megatron import parse_line
-from nlp_bench.analysis.log_record import AUX_LOSSES
+from nlp_bench.analysis.log_record import AUX_LOSSES, Record
 from nlp_bench.cli.parse_commands import bench_parse
 
 MOE_LOG = DATA / "logs" / "megatron_moe.log"
@@ -93,6 +93,10 @@ def test_a_dense_log_json_keeps_its_keys():
     assert set(views[0]) == {"iteration", "iteration_time_s", "global_batch_size", "seq_length", "tokens_per_s",
                              "samples_per_s", "tflops_per_gpu", "mfu_percent", "loss"}
     assert summary["aux_losses"] == {}
+    assert not set(AUX_LOSSES) & set(records[0].to_dict()), "a dense run's stored records keep their keys"
+    stored = parsers.parse_log(MOE_LOG).records[0].to_dict()
+    assert (stored["seq_load_balancing_loss"], stored["z_loss"], stored["mtp_loss"]) == (1.2, 4e-3, 11.2)
+    assert "load_balancing_loss" not in stored
 
 
 def test_the_trainer_line_with_load_balancing_loss_stays_the_nlp_bench_variant():
@@ -115,3 +119,17 @@ def test_snake_case_keys_are_read_in_linear_time(unit):
     for field in (body + ": 1.0 |", body + "!: 1.0 |", "z_loss" + body + ": 1 |"):
         record = parse_line(" iteration 10/ 100 | elapsed time per iteration (ms): 1000.0 |" + field, True)
         assert record is not None and record.iteration_time_s == 1.0
+
+
+def test_every_format_makes_whole_records():
+    """Records made by tuple.__new__ (the compiled paths) get no defaults: each format must give every field
+    the record has now that the aux losses lengthened it, or reading one fails (NeMo 2's did)."""
+    nemo2 = "".join(f"Training epoch 0, iteration {i}/99 | lr: 1.5e-05 | global_batch_size: 128 | global_step: {i} | "
+                    f"reduced_train_loss: 7.5 | train_step_timing in s: 4.7 | consumed_samples: {128 * (i + 1)}\n"
+                    for i in range(20))
+    texts = [(log.name, log.read_text()) for log in sorted((DATA / "logs").glob("*.log"))] + [("nemo2", nemo2)]
+    for name, text in texts:
+        parsed = parsers.parse(text)
+        assert {len(r) for r in parsed.records} == {len(Record._fields)}, name
+        views, summary = metrics.steady_summary(parsed.records, 2048)
+        assert len(views) == len(parsed.records) and isinstance(summary["aux_losses"], dict), name

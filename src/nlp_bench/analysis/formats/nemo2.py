@@ -110,9 +110,11 @@ class _FieldOrder:
         consumed = _counts(numbers("consumed_samples"))
         tflops = _positives(numbers("TFLOPS_per_GPU", "tflops_per_sec_per_gpu"))
         nothing = repeat(None)
+        # tuple.__new__ keeps no defaults: every field after the TFLOPs is given, however many Record grows
+        after_tflops = [nothing] * (len(Record._fields) - Record._fields.index("tflops_per_gpu") - 1)
         rows_out = zip(iterations, nothing, times, batch, consumed, numbers("lr"),
                        numbers("reduced_train_loss", "train_loss"), nothing, nothing, nothing, nothing, nothing, nothing,
-                       tflops, nothing, nothing, nothing, strict=False)
+                       tflops, *after_tflops, strict=False)
         return [record for record in map(MAKE_RECORD, rows_out) if record[2] is not None], misses
 
 
