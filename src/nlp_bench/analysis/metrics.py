@@ -233,6 +233,11 @@ def t95(df: int) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
+#: where the aux losses sit in a Record (in a row, AUX_LOSSES' order), and a dense record's values there: one C comparison
+_AUX_AT = Record._fields.index(AUX_LOSSES[0])
+_NO_AUX = (None,) * len(AUX_LOSSES)
+
+
 def record_view(record: Record, seq_length: int | None) -> dict:
     """One record as the documented JSON contract has it; null where the log cannot say, and where a rate
     derived from it is no finite number (a time so short, or a batch so large, that it overflows). The
@@ -253,7 +258,8 @@ def record_view(record: Record, seq_length: int | None) -> dict:
     return {"iteration": record.iteration, "iteration_time_s": seconds, "global_batch_size": gbs,
             "seq_length": seq_length, "tokens_per_s": tokens, "samples_per_s": samples,
             "tflops_per_gpu": record.tflops_per_gpu, "mfu_percent": record.mfu_percent, "loss": record.loss,
-            **{name: value for name in AUX_LOSSES if (value := getattr(record, name)) is not None}}
+            **({} if record[_AUX_AT:_AUX_AT + len(_NO_AUX)] == _NO_AUX else
+               {name: value for name in AUX_LOSSES if (value := getattr(record, name)) is not None})}
 
 
 def last_aux_losses(records: list[Record]) -> dict[str, float]:
