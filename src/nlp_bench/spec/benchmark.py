@@ -204,6 +204,9 @@ class Benchmark:
         flags = {**model_flags(model_spec, flags), **flags}
         flags, replaced = _system_precision(sys_, flags, train or {}, where)
         trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
+        if trainer == BUILTIN and model_spec.builtin_lacks and unrunnable is None:
+            unrunnable = (f"the built-in trainer has no {', '.join(model_spec.builtin_lacks)} (model "
+                          f"{model_spec.name}): rendered and planned but not run here; use --trainer megatron-lm")
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
         tag_on = decode({**self.train, **(spec.get("train") or {}),
