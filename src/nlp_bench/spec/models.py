@@ -54,10 +54,11 @@ class MoESpec:
     #: aux-loss-free load balancing: a per-expert bias on the routing scores, updated outside the gradient
     #: (--moe-router-enable-expert-bias; a buffer, not a parameter)
     expert_bias: bool = False
+    #: what the aux loss balances (--moe-router-load-balancing-type): the global batch's tokens (aux_loss) or
+    #: each sequence's (seq_aux_loss, DeepSeek-V3)
+    load_balancing: str = "aux_loss"
     #: tokens an expert takes, as a multiple of its even share (--moe-expert-capacity-factor); None: dropless
     capacity_factor: float | None = None
-    #: a learned bias on the router's logits (gpt-oss)
-    router_bias: bool = False
 
     def layer_pattern(self, num_layers: int) -> tuple[int, ...]:
         """1 for each layer with experts, 0 for a dense one (Megatron's --moe-layer-freq as a list)."""
@@ -207,7 +208,7 @@ class ModelSpec:
         if not moe_layer or e is None:
             mlp = self._mlp(self.ffn_hidden_size)
         else:
-            router = h * e.num_experts + (e.num_experts if e.router_bias else 0)
+            router = h * e.num_experts + (e.num_experts if self.bias else 0)  # Megatron's router: the model's biases
             experts = (e.router_topk if active else e.num_experts) * self._mlp(e.ffn_hidden_size)
             mlp = router + experts + (self._mlp(e.shared_expert_intermediate_size)
                                       if e.shared_expert_intermediate_size else 0)
@@ -289,6 +290,25 @@ class ModelSpec:
             out["disable-bias-linear"] = True
         if self.untie_embeddings:
             out["untie-embeddings-and-output-weights"] = True
+        if self.kv_channels is not None:
+            out["kv-channels"] = self.kv_channels
+        if self.qk_layernorm:
+            out["qk-layernorm"] = True
+        if self.attention_sinks:
+            out["softmax-type"] = "learnable"
+        if self.window_size is not None:
+            out["window-size"] = f"{self.window_size},0"
+        if self.window_attn_skip_freq is not None:
+            out["window-attn-skip-freq"] = self.window_attn_skip_freq
+        if (m := self.mla) is not None:
+            out.update({"multi-latent-attention": True, "kv-lora-rank": m.kv_lora_rank, "qk-head-dim": m.qk_head_dim,
+                        "qk-pos-emb-head-dim": m.qk_pos_emb_head_dim, "v-head-dim": m.v_head_dim})
+            if m.q_lora_rank is not None:
+                out["q-lora-rank"] = m.q_lora_rank
+        if self.mtp_num_layers:
+            out["mtp-num-layers"] = self.mtp_num_layers
+        if self.moe is not None:
+            out.update(_moe_flags(self.moe, self.num_layers))
         return out
 
     def description(self) -> str:
@@ -311,6 +331,69 @@ class ModelSpec:
         return out
 
 
+def _moe_flags(e: MoESpec, num_layers: int) -> dict[str, Any]:
+    """The experts as Megatron-LM's flags; --moe-layer-freq as an integer, or where layers come first dense,
+    as the list expression Megatron evaluates."""
+    out: dict[str, Any] = {"num-experts": e.num_experts, "moe-router-topk": e.router_topk,
+                           "moe-ffn-hidden-size": e.ffn_hidden_size}
+    if e.shared_expert_intermediate_size:
+        out["moe-shared-expert-intermediate-size"] = e.shared_expert_intermediate_size
+    if e.first_k_dense and e.layer_freq == 1:
+        out["moe-layer-freq"] = f"([0]*{e.first_k_dense}+[1]*{num_layers - e.first_k_dense})"
+    elif e.first_k_dense:
+        out["moe-layer-freq"] = str(list(e.layer_pattern(num_layers))).replace(" ", "")
+    elif e.layer_freq != 1:
+        out["moe-layer-freq"] = e.layer_freq
+    if e.router_score != "softmax":
+        out["moe-router-score-function"] = e.router_score
+    if e.load_balancing != "aux_loss":
+        out["moe-router-load-balancing-type"] = e.load_balancing
+    if e.aux_loss_coeff:
+        out["moe-aux-loss-coeff"] = e.aux_loss_coeff
+    if e.expert_bias:
+        out["moe-router-enable-expert-bias"] = True
+    if e.capacity_factor is not None:
+        out["moe-expert-capacity-factor"] = e.capacity_factor
+    return out
+
+
+def _moe_from_flags(get: Any, num_layers: int, ffn_hidden_size: int) -> MoESpec | None:
+    """The experts Megatron flags describe (None: no --num-experts); an expert as wide as the dense MLP unless
+    --moe-ffn-hidden-size says otherwise, as in Megatron."""
+    if not get("num-experts"):
+        return None
+    first_k, freq = _layer_freq(get("moe-layer-freq") or 1, num_layers)
+    capacity = get("moe-expert-capacity-factor")
+    return MoESpec(int(get("num-experts")), int(get("moe-router-topk") or 2),
+                   int(get("moe-ffn-hidden-size") or ffn_hidden_size),
+                   int(get("moe-shared-expert-intermediate-size") or 0), first_k, freq,
+                   get("moe-router-score-function") or "softmax", float(get("moe-aux-loss-coeff") or 0.0),
+                   bool(get("moe-router-enable-expert-bias")), get("moe-router-load-balancing-type") or "aux_loss",
+                   None if capacity is None else float(capacity))
+
+
+def _layer_freq(value: Any, num_layers: int) -> tuple[int, int]:
+    """--moe-layer-freq as (first dense layers, frequency): an integer, "([0]*k+[1]*m)", or a list of 0/1."""
+    import ast
+    import re
+
+    text = str(value).replace(" ", "")
+    if text.isdigit():
+        return 0, int(text)
+    if found := re.fullmatch(r"\(\[0\]\*(\d+)\+\[1\]\*(\d+)\)", text):
+        pattern = (0,) * int(found[1]) + (1,) * int(found[2])
+    else:
+        try:
+            pattern = tuple(ast.literal_eval(text))
+        except (ValueError, SyntaxError, TypeError):
+            raise SpecError(f"--moe-layer-freq {value}: not an integer, ([0]*k+[1]*m) or a list of 0 and 1") from None
+    for first_k in range(num_layers):
+        for freq in range(1, num_layers + 1):
+            if MoESpec(1, 1, 1, first_k_dense=first_k, layer_freq=freq).layer_pattern(num_layers) == pattern:
+                return first_k, freq
+    raise SpecError(f"--moe-layer-freq {value}: not first-k dense then every n-th layer over {num_layers} layers")
+
+
 #: The shape fields, in order: the one list the sweep's model parameters and the trainer's GPTConfig
 #: take their names from.
 SHAPE = tuple(f.name for f in fields(ModelSpec) if f.metadata.get("shape"))
@@ -319,7 +402,13 @@ ARCHITECTURE = tuple(f.name for f in fields(ModelSpec) if f.metadata.get("arch")
 #: Every Megatron flag an architecture field may write: a tag's `train` block may not set them.
 ARCHITECTURE_FLAGS = frozenset({"group-query-attention", "num-query-groups", "swiglu", "normalization",
                                 "position-embedding-type", "rotary-base", "disable-bias-linear",
-                                "untie-embeddings-and-output-weights"})
+                                "untie-embeddings-and-output-weights", "kv-channels", "qk-layernorm",
+                                "softmax-type", "window-size", "window-attn-skip-freq", "multi-latent-attention",
+                                "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
+                                "mtp-num-layers", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+                                "moe-shared-expert-intermediate-size", "moe-layer-freq", "moe-router-score-function",
+                                "moe-router-load-balancing-type", "moe-aux-loss-coeff",
+                                "moe-router-enable-expert-bias", "moe-expert-capacity-factor"})
 
 
 def from_flags(name: str, flags: Mapping[str, Any], vocab_size: int) -> ModelSpec:
@@ -336,7 +425,16 @@ def from_flags(name: str, flags: Mapping[str, Any], vocab_size: int) -> ModelSpe
         position_embedding_type=get("position-embedding-type") or "learned_absolute",
         rotary_base=int(get("rotary-base") or ROTARY_BASE),
         untie_embeddings=bool(get("untie-embeddings-and-output-weights")),
-        bias=not get("disable-bias-linear"))
+        bias=not get("disable-bias-linear"),
+        kv_channels=int(get("kv-channels")) if get("kv-channels") else None,
+        qk_layernorm=bool(get("qk-layernorm")), attention_sinks=get("softmax-type") == "learnable",
+        window_size=int(str(get("window-size")).strip("()").split(",")[0]) if get("window-size") else None,
+        window_attn_skip_freq=int(get("window-attn-skip-freq")) if get("window-attn-skip-freq") else None,
+        moe=_moe_from_flags(get, int(get("num-layers")), int(get("ffn-hidden-size") or 4 * hidden)),
+        mla=MLASpec(int(get("q-lora-rank")) if get("q-lora-rank") else None, int(get("kv-lora-rank") or 32),
+                    int(get("qk-head-dim") or 128), int(get("qk-pos-emb-head-dim") or 64),
+                    int(get("v-head-dim") or 128)) if get("multi-latent-attention") else None,
+        mtp_num_layers=int(get("mtp-num-layers") or 0))
 
 
 def from_record(model: Mapping[str, Any], train: Mapping[str, Any]) -> ModelSpec:
@@ -405,12 +503,13 @@ PRESETS: dict[str, ModelSpec] = {
         ModelSpec("gpt-oss-20b", 24, 2880, 64, 2880, 4096, 131072, **{**_LLAMA3, "vocab_size": 201088, "bias": True,
                                                                       "rotary_base": 150000},
                   num_query_groups=8, kv_channels=64, attention_sinks=True, window_size=128, window_attn_skip_freq=2,
-                  moe=MoESpec(32, 4, 2880, aux_loss_coeff=0.9, router_bias=True), nominal_billions=21,
+                  moe=MoESpec(32, 4, 2880, aux_loss_coeff=0.9), nominal_billions=21,
                   source=_GPT_OSS),
         ModelSpec("deepseek-v3", 61, 7168, 128, 18432, 4096, 163840, **{**_LLAMA3, "vocab_size": 129280, "rotary_base": ROTARY_BASE},
                   mla=MLASpec(1536, 512, 128, 64, 128),
                   moe=MoESpec(256, 8, 2048, shared_expert_intermediate_size=2048, first_k_dense=3,
-                              router_score="sigmoid", aux_loss_coeff=0.0001, expert_bias=True),
+                              router_score="sigmoid", aux_loss_coeff=0.0001, expert_bias=True,
+                              load_balancing="seq_aux_loss"),
                   mtp_num_layers=1, nominal_billions=671, source=_DEEPSEEK_V3),
     )
 }

@@ -10,7 +10,7 @@ import pytest
 from megatron_snapshots import megatrons_flops_function
 
 from nlp_bench import flops
-from nlp_bench.spec.models import PRESETS, MoESpec, from_record, get_model, pad_vocab
+from nlp_bench.spec.models import ARCHITECTURE_FLAGS, PRESETS, MoESpec, from_flags, from_record, get_model, pad_vocab
 
 MOE_PRESETS = ("moe-tiny", "mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b", "deepseek-v3")
 
@@ -134,3 +134,28 @@ def test_a_builtin_point_of_a_model_it_cannot_build_is_refused_naming_the_parts(
     assert point.unrunnable == ("the built-in trainer has no multi-head latent attention, multi-token prediction "
                                 "(model deepseek-v3): rendered and planned but not run here; use --trainer megatron-lm")
     assert point_refusals(point, None, force=True) == [f"{point.id}: {point.unrunnable}"]
+
+
+@pytest.mark.parametrize("value,layers", [(2, (1, 0, 1, 0)), ("([0]*1+[1]*3)", (0, 1, 1, 1)),
+                                          ("[0,1,0,1]", (0, 1, 0, 1)), ("1", (1, 1, 1, 1))])
+def test_moe_layer_freq_reads_megatrons_forms(value, layers):
+    flags = {"num-layers": 4, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 8,
+             "num-experts": 4, "moe-layer-freq": value}
+    assert from_flags("m", flags, 100).moe.layer_pattern(4) == layers
+
+
+def test_a_moe_layer_freq_no_spec_says_is_refused():
+    from nlp_bench.errors import SpecError
+
+    flags = {"num-layers": 4, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 8, "num-experts": 4}
+    with pytest.raises(SpecError, match=r"--moe-layer-freq \[1,1,0,1\]: not first-k dense then every n-th layer"):
+        from_flags("m", {**flags, "moe-layer-freq": "[1,1,0,1]"}, 100)
+
+
+def test_every_flag_a_model_writes_is_one_megatron_lm_0_20_knows():
+    from conftest import ROOT
+
+    from nlp_bench.spec.megatron.tables import read_table
+
+    table = read_table(ROOT / "benchmark" / "megatron-lm" / "flags" / "0.20.0.tsv")
+    assert ARCHITECTURE_FLAGS - set(table.flags) == set()
