@@ -137,7 +137,7 @@ def test_a_builtin_point_of_a_model_it_cannot_build_is_refused_naming_the_parts(
 
 
 @pytest.mark.parametrize("value,layers", [(2, (1, 0, 1, 0)), ("([0]*1+[1]*3)", (0, 1, 1, 1)),
-                                          ("[0,1,0,1]", (0, 1, 0, 1)), ("1", (1, 1, 1, 1))])
+                                          ("[0,0,1,0]", (0, 0, 1, 0)), ("1", (1, 1, 1, 1))])
 def test_moe_layer_freq_reads_megatrons_forms(value, layers):
     flags = {"num-layers": 4, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 8,
              "num-experts": 4, "moe-layer-freq": value}
