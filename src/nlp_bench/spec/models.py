@@ -59,6 +59,12 @@ class MoESpec:
     load_balancing: str = "aux_loss"
     #: tokens an expert takes, as a multiple of its even share (--moe-expert-capacity-factor); None: dropless
     capacity_factor: float | None = None
+    #: the routed experts' weights scaled by this (--moe-router-topk-scaling-factor; DeepSeek-V3's 2.5)
+    topk_scaling_factor: float | None = None
+    #: group-limited routing: experts in num_groups groups, a token's top-k drawn from its best group_topk
+    #: groups (--moe-router-num-groups, --moe-router-group-topk; DeepSeek-V3's 8 and 4, one group a node)
+    num_groups: int | None = None
+    group_topk: int | None = None
 
     def layer_pattern(self, num_layers: int) -> tuple[int, ...]:
         """1 for each layer with experts, 0 for a dense one (Megatron's --moe-layer-freq as a list)."""
@@ -354,7 +360,9 @@ def _moe_flags(e: MoESpec, num_layers: int) -> dict[str, Any]:
         out["moe-router-enable-expert-bias"] = True
     if e.capacity_factor is not None:
         out["moe-expert-capacity-factor"] = e.capacity_factor
-    return out
+    optional = {"moe-router-topk-scaling-factor": e.topk_scaling_factor, "moe-router-num-groups": e.num_groups,
+                "moe-router-group-topk": e.group_topk}
+    return {**out, **{flag: value for flag, value in optional.items() if value is not None}}
 
 
 def _moe_from_flags(get: Any, num_layers: int, ffn_hidden_size: int) -> MoESpec | None:
@@ -363,13 +371,15 @@ def _moe_from_flags(get: Any, num_layers: int, ffn_hidden_size: int) -> MoESpec 
     if not get("num-experts"):
         return None
     first_k, freq = _layer_freq(get("moe-layer-freq") or 1, num_layers)
-    capacity = get("moe-expert-capacity-factor")
+    capacity, scaling = get("moe-expert-capacity-factor"), get("moe-router-topk-scaling-factor")
+    groups, group_topk = get("moe-router-num-groups"), get("moe-router-group-topk")
     return MoESpec(int(get("num-experts")), int(get("moe-router-topk") or 2),
                    int(get("moe-ffn-hidden-size") or ffn_hidden_size),
                    int(get("moe-shared-expert-intermediate-size") or 0), first_k, freq,
                    get("moe-router-score-function") or "softmax", float(get("moe-aux-loss-coeff") or 0.0),
                    bool(get("moe-router-enable-expert-bias")), get("moe-router-load-balancing-type") or "aux_loss",
-                   None if capacity is None else float(capacity))
+                   None if capacity is None else float(capacity), None if scaling is None else float(scaling),
+                   None if groups is None else int(groups), None if group_topk is None else int(group_topk))
 
 
 def _layer_freq(value: Any, num_layers: int) -> tuple[int, int]:
@@ -408,7 +418,8 @@ ARCHITECTURE_FLAGS = frozenset({"group-query-attention", "num-query-groups", "sw
                                 "mtp-num-layers", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
                                 "moe-shared-expert-intermediate-size", "moe-layer-freq", "moe-router-score-function",
                                 "moe-router-load-balancing-type", "moe-aux-loss-coeff",
-                                "moe-router-enable-expert-bias", "moe-expert-capacity-factor"})
+                                "moe-router-enable-expert-bias", "moe-expert-capacity-factor",
+                                "moe-router-topk-scaling-factor", "moe-router-num-groups", "moe-router-group-topk"})
 
 
 def from_flags(name: str, flags: Mapping[str, Any], vocab_size: int) -> ModelSpec:
@@ -470,8 +481,8 @@ _GPT_OSS = ("gpt-oss-120b & gpt-oss-20b Model Card (arXiv:2508.10925); https://h
             "config.json: 21B total, 3.6B active (input embedding not counted); its SwiGLU is clamped and YaRN "
             "scales its rope, neither of which changes the parameters or FLOPs")
 _DEEPSEEK_V3 = ("DeepSeek-V3 Technical Report (arXiv:2412.19437); https://huggingface.co/deepseek-ai/DeepSeek-V3 "
-                "config.json: 671B total and 37B activated without the MTP module (input embedding not counted), "
-                "sequence-wise balance loss 0.0001, routed scaling 2.5, 8 expert groups of which 4 are used")
+                "config.json: 671B total and 37B activated without the MTP module (input embedding not counted); "
+                "sequence-wise balance loss 0.0001 (the paper's)")
 
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
@@ -509,7 +520,7 @@ PRESETS: dict[str, ModelSpec] = {
                   mla=MLASpec(1536, 512, 128, 64, 128),
                   moe=MoESpec(256, 8, 2048, shared_expert_intermediate_size=2048, first_k_dense=3,
                               router_score="sigmoid", aux_loss_coeff=0.0001, expert_bias=True,
-                              load_balancing="seq_aux_loss"),
+                              load_balancing="seq_aux_loss", topk_scaling_factor=2.5, num_groups=8, group_topk=4),
                   mtp_num_layers=1, nominal_billions=671, source=_DEEPSEEK_V3),
     )
 }

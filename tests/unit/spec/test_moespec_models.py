@@ -159,3 +159,17 @@ def test_every_flag_a_model_writes_is_one_megatron_lm_0_20_knows():
 
     table = read_table(ROOT / "benchmark" / "megatron-lm" / "flags" / "0.20.0.tsv")
     assert ARCHITECTURE_FLAGS - set(table.flags) == set()
+
+
+def test_the_models_parts_as_megatron_flags():
+    deepseek = get_model("deepseek-v3").megatron_flags()
+    assert deepseek["moe-layer-freq"] == "([0]*3+[1]*58)" and deepseek["moe-router-score-function"] == "sigmoid"
+    assert (deepseek["moe-router-num-groups"], deepseek["moe-router-group-topk"]) == (8, 4)
+    assert deepseek["moe-router-enable-expert-bias"] and deepseek["moe-router-load-balancing-type"] == "seq_aux_loss"
+    assert deepseek["multi-latent-attention"] and deepseek["q-lora-rank"] == 1536 and deepseek["mtp-num-layers"] == 1
+    assert "group-query-attention" not in deepseek
+    oss = get_model("gpt-oss-20b").megatron_flags()
+    assert (oss["softmax-type"], oss["window-size"], oss["window-attn-skip-freq"]) == ("learnable", "128,0", 2)
+    assert "disable-bias-linear" not in oss and oss["kv-channels"] == 64
+    assert get_model("mixtral-8x7b").megatron_flags()["moe-aux-loss-coeff"] == 0.02
+    assert "moe-layer-freq" not in get_model("mixtral-8x7b").megatron_flags()  # every layer: Megatron's default
