@@ -35,6 +35,19 @@ class Shape:
     #: attention heads and query groups (grouped-query attention); 0 and 0 mean multi-head attention
     heads: int = 0
     query_groups: int = 0
+    #: each head's size where it is not h/n (0: h/n)
+    kv_channels: int = 0
+    #: layers with experts (the others dense), each token's routed experts (top-k), a routed expert's MLP
+    #: width, the shared experts' width together
+    moe_layers: int = 0
+    topk: int = 0
+    moe_ffn_hidden: int = 0
+    shared_ffn_hidden: int = 0
+    #: latent attention: (q rank or 0 for none, kv rank, qk head dim, rope head dim, v head dim); None: none
+    mla: tuple[int, int, int, int, int] | None = None
+    #: multi-token prediction modules, and whether their layer has experts (as the last layer)
+    mtp_layers: int = 0
+    mtp_moe: bool = False
 
     @property
     def kv_share(self) -> float:
@@ -66,16 +79,45 @@ def megatron_model_flops(shape: Shape) -> float:
     """
     b, s, n, h, v = shape.global_batch, shape.seq_length, shape.num_layers, shape.hidden, shape.vocab_padded
     f = 3 if shape.swiglu else 2
-    attention = 2 * h * h + 2 * h * h * shape.kv_share
-    per_token = n * attention + n * h * shape.ffn_hidden * f + h * v
-    return 6.0 * b * s * per_token + 6.0 * b * s * s * h * n
+    if not (shape.moe_layers or shape.mla or shape.kv_channels or shape.mtp_layers):
+        attention = 2 * h * h + 2 * h * h * shape.kv_share
+        per_token = n * attention + n * h * shape.ffn_hidden * f + h * v
+        return 6.0 * b * s * per_token + 6.0 * b * s * s * h * n
+    return _megatron_moe_flops(shape)
+
+
+def _megatron_moe_flops(shape: Shape) -> float:
+    """The same count for experts, latent attention, a head size other than h/n and multi-token prediction,
+    as Megatron-LM 0.20 counts them: a layer with experts counts its top-k routed experts and its shared
+    experts (the router's own GEMM is not counted); each MTP module counts one more layer (with experts where
+    the last layer has them), its norms and 2h -> h projection, and one more logits GEMM."""
+    b, s, h, v, f = shape.global_batch, shape.seq_length, shape.hidden, shape.vocab_padded, 3 if shape.swiglu else 2
+    mtp = shape.mtp_layers
+    moe_layers = shape.moe_layers + (mtp if shape.mtp_moe else 0)
+    layers = shape.num_layers + mtp
+    dense_layers = layers - moe_layers
+    n = shape.heads
+    if shape.mla is not None:
+        q_rank, kv_rank, qk, rope, v_dim = shape.mla
+        queries = h * n * (qk + rope) if not q_rank else q_rank * (h + n * (qk + rope) + 1)
+        attention = queries + kv_rank * (h + n * (qk + v_dim) + 1) + h * rope + n * v_dim * h
+        core = n * (qk + rope) / 2 + n * v_dim / 2
+    else:
+        d = shape.kv_channels or h / n
+        q, kv = d * n, 2 * d * shape.query_groups
+        attention, core = h * (q + kv) + q * h, q
+    mlp = h * (shape.ffn_hidden * f * dense_layers
+               + (shape.moe_ffn_hidden * shape.topk + shape.shared_ffn_hidden) * f * moe_layers)
+    per_token = mlp + attention * layers + mtp * (3 * h + 2 * h * h) + h * v * (mtp + 1)
+    return 6.0 * b * s * per_token + 6.0 * b * s * s * core * layers
 
 
 def log_convention(shape: Shape) -> str:
     """The convention a log's TFLOPs use for this model: the JUPITER patch's where its formula holds
     (multi-head attention, MLP width 4h: the GPT models it was written for), else Megatron-LM's model FLOPs,
     which count grouped-query attention and any MLP width."""
-    return JUPITER if shape.kv_share == 1.0 and shape.ffn_hidden == 4 * shape.hidden else MEGATRON_MODEL
+    plain = not (shape.moe_layers or shape.mla or shape.kv_channels or shape.mtp_layers)
+    return JUPITER if plain and shape.kv_share == 1.0 and shape.ffn_hidden == 4 * shape.hidden else MEGATRON_MODEL
 
 
 CONVENTIONS = {JUPITER: jupiter_flops, MEGATRON_MODEL: megatron_model_flops}

@@ -204,6 +204,7 @@ class Benchmark:
         flags = {**model_flags(model_spec, flags), **flags}
         flags, replaced = _system_precision(sys_, flags, train or {}, where)
         trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
+        unrunnable = unrunnable or _builtin_lacks(model_spec, trainer)
         if trainer == MEGATRON_LM:
             flags = {**flags, **sys_.megatron_lm_train}
         tag_on = decode({**self.train, **(spec.get("train") or {}),
@@ -220,6 +221,14 @@ class Benchmark:
         return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
                      rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable, replaced_precision=replaced,
                      settings=settings_words(tag_on, on))
+
+
+def _builtin_lacks(model: ModelSpec, trainer: str) -> str | None:
+    """Why the built-in trainer cannot run `model`: the parts it does not build (None: it builds them all)."""
+    if trainer != BUILTIN or not model.builtin_lacks:
+        return None
+    return (f"the built-in trainer has no {', '.join(model.builtin_lacks)} (model {model.name}): rendered and "
+            "planned but not run here; use --trainer megatron-lm")
 
 
 #: the flag that interleaves the pipeline (Switches.layers_per_virtual_stage)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from megatron_snapshots import megatron_point
+from megatron_snapshots import megatron_point, megatrons_flops_function
 
 from nlp_bench.errors import SpecError
 from nlp_bench.launch.render import render_jobscript
@@ -170,19 +170,6 @@ def test_a_release_needs_the_translations_of_every_change_up_to_it():
     assert "log-batch-size-to-tensorboard" in names and "use-flash-attn" not in names  # 0.11.0's
     assert {t.flag for t in for_release("0.20.0")} == set(load_translations())
 
-def _megatrons_flops_function(snapshot: Path):
-    """num_floating_point_operations as the snapshot's training.py defines it, run as it is: the function alone,
-    with the model-kind predicates it calls answering for a dense transformer."""
-    import ast
-
-    source = (snapshot / "megatron" / "training" / "training.py").read_text()
-    (node,) = [n for n in ast.parse(source).body
-               if isinstance(n, ast.FunctionDef) and n.name == "num_floating_point_operations"]
-    space = {"is_hybrid_model": lambda args: False, "is_linear_attention_variant": lambda variant: False,
-             "is_gated_delta_net_variant": lambda variant: False}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), "training.py", "exec"), space)
-    return space["num_floating_point_operations"]
-
 @pytest.mark.parametrize("preset,tp", [("llama3-8b", 2), ("llama3-70b", 8), ("llama3.1-405b", 8), ("gpt-175b", 8)])
 def test_model_flops_are_megatron_lms_own(unpacked, preset, tp):
     """flops.megatron_model_flops equals what Megatron-LM 0.20's own num_floating_point_operations computes."""
@@ -202,5 +189,5 @@ def test_model_flops_are_megatron_lms_own(unpacked, preset, tp):
                 num_query_groups=model.num_query_groups, kv_channels=model.head_dim,
                 ffn_hidden_size=model.ffn_hidden_size, swiglu=model.swiglu, padded_vocab_size=vocab,
                 seq_length=model.seq_length)
-    theirs = _megatrons_flops_function(unpacked("megatron-lm-core_v0.20.0-d98e8a6.tar.gz"))(args, 64)
+    theirs = megatrons_flops_function(unpacked("megatron-lm-core_v0.20.0-d98e8a6.tar.gz"))(args, 64)
     assert flops.megatron_model_flops(model.flops_shape(64, vocab)) == pytest.approx(theirs, rel=1e-12)
