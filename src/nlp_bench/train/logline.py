@@ -11,14 +11,16 @@ import math
 
 def iteration_line(*, iteration: int, total: int, consumed: int, seconds: float, lr: float, global_batch: int,
                    seq_length: int, loss: float, loss_scale: float, grad_norm: float, skipped: int, nan: int,
-                   tflops: float, energy_j: float | None = None) -> str:
+                   tflops: float, energy_j: float | None = None, balance: float | None = None) -> str:
     """Megatron's fields in Megatron's order, plus tokens per second (Megatron never prints it) and, where
-    the GPUs' energy is measured, the joules the job's GPUs used over the interval."""
+    the GPUs' energy is measured, the joules the job's GPUs used over the interval. `balance`: the MoE
+    load-balancing loss without its coefficient, where Megatron-core's MoE metrics put it."""
     energy = "" if energy_j is None else f" energy (J): {energy_j:.1f} |"
+    moe = "" if balance is None else f" load_balancing_loss: {balance:.2f} |"
     return (
         f" iteration {iteration:8d}/{total:8d} | consumed samples: {consumed:12d} |"
         f" elapsed time per iteration (s): {seconds:.4f} | learning rate: {lr:.3E} |"
-        f" global batch size: {global_batch:5d} | lm loss: {loss:.6E} | loss scale: {loss_scale:.1f} |"
+        f" global batch size: {global_batch:5d} | lm loss: {loss:.6E} |{moe} loss scale: {loss_scale:.1f} |"
         f" grad norm: {grad_norm:.3f} | number of skipped iterations: {skipped:3d} |"
         f" number of nan iterations: {nan:3d} | samples per second: {global_batch / seconds:.3f} |"
         f" tokens per second: {global_batch * seq_length / seconds:.1f} | TFLOPs: {tflops:.2f} |{energy}"
@@ -56,10 +58,15 @@ class IntervalLog:
 
     def _reset(self) -> None:
         self.loss, self.counted, self.iterations, self.skipped, self.nan = 0.0, 0, 0, 0, 0
+        self.balance, self.balanced = 0.0, 0
         self.started = self._clock()
 
-    def add(self, losses: list[float], skipped: bool) -> None:
+    def add(self, losses: list[float], skipped: bool, balance: float | None = None) -> None:
+        """One iteration's losses; `balance` its MoE load-balancing loss (mean over layers and micro-batches)."""
         self.iterations += 1
+        if balance is not None:
+            self.balance += balance
+            self.balanced += 1
         self.skipped += int(skipped)
         if self.groups.is_last_stage and losses:
             loss = sum(losses) / len(losses)
@@ -80,16 +87,17 @@ class IntervalLog:
         from nlp_bench.train import collectives
 
         seconds = (self._clock() - self.started) / max(self.iterations, 1)
-        sums = torch.tensor([self.loss, float(self.counted)], dtype=torch.float64)
+        sums = torch.tensor([self.loss, float(self.counted), self.balance, float(self.balanced)], dtype=torch.float64)
         collectives.all_reduce(sums, self.groups.host_dp)
         energy_j = self._energy() if self.energy else None
         if self.groups.rank == self.groups.world - 1:
             loss = sums[0].item() / max(sums[1].item(), 1.0)
+            balance = sums[2].item() / sums[3].item() if sums[3].item() else None
             tflops = flops.tflops_per_device(self.flops_per_iteration, seconds, self.groups.world)
             if self.board is not None:
                 scalars = [("lm loss", loss), ("learning-rate", lr), ("loss-scale", loss_scale),
                            ("grad-norm", grad_norm), ("tokens-per-second", self.global_batch * self.seq_length / seconds),
-                           ("TFLOPs", tflops)]
+                           ("TFLOPs", tflops)] + ([] if balance is None else [("load_balancing_loss", balance)])
                 if self.timers:
                     scalars.append(("iteration-time", seconds))
                 if self.batch_size:
@@ -100,7 +108,7 @@ class IntervalLog:
             print(iteration_line(iteration=iteration, total=total, consumed=iteration * self.global_batch,
                                  seconds=seconds, lr=lr, global_batch=self.global_batch, seq_length=self.seq_length,
                                  loss=loss, loss_scale=loss_scale, grad_norm=grad_norm, skipped=self.skipped,
-                                 nan=self.nan, tflops=tflops, energy_j=energy_j), flush=True)
+                                 nan=self.nan, tflops=tflops, energy_j=energy_j, balance=balance), flush=True)
             if self.mlperf is not None:
                 self.mlperf.interval(iteration * self.global_batch, seconds, self.global_batch, loss)
         self._reset()
