@@ -1,7 +1,8 @@
 """The trainer with mixture-of-experts layers (gloo, fp32, dropout 0): it trains, prints Megatron-core's
-load_balancing_loss field, the aux loss changes the gradients, dp 2 gives the single rank's numbers
-(dropless), and a capacity factor drops tokens and says how many. (The layouts not built yet, tp 2 among
-them, are refused by parse_args: tests/unit/train/test_moetrain_layer.py.)"""
+load_balancing_loss field, the aux loss changes the gradients, dp 2, tp 2 (every expert whole on each tp
+rank) and pp 2 give the single rank's numbers and load-balancing loss (dropless), and a capacity factor
+drops tokens and says how many. (The layouts not built yet are refused before any process group:
+tests/unit/train/test_moetrain_layer.py.)"""
 
 import pytest
 from trainer_harness import Launch, close, launch_all, records
@@ -16,13 +17,18 @@ MODEL = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4
          "--moe-ffn-hidden-size", "32", "--moe-shared-expert-intermediate-size", "16", "--moe-layer-freq", "([1]*2)"]
 
 
+LAYOUTS = {"dp2": ["--micro-batch-size", "2"],
+           "tp2": ["--tensor-model-parallel-size", "2", "--micro-batch-size", "2"],
+           "pp2": ["--pipeline-model-parallel-size", "2", "--micro-batch-size", "2"]}
+
+
 @pytest.fixture(scope="module")
 def runs():
     aux = ["--moe-aux-loss-coeff", "0.5"]
     return launch_all({
         "no-aux": Launch(1, [*MODEL, "--micro-batch-size", "2"]),
         "aux": Launch(1, [*MODEL, *aux, "--micro-batch-size", "2"]),
-        "aux-dp2": Launch(2, [*MODEL, *aux, "--micro-batch-size", "2"]),
+        **{name: Launch(2, [*MODEL, *aux, *flags]) for name, flags in LAYOUTS.items()},
         "capacity": Launch(1, [*MODEL, *aux, "--micro-batch-size", "2", "--moe-expert-capacity-factor", "0.5"]),
     })
 
@@ -44,10 +50,17 @@ def test_the_aux_loss_is_in_the_backward_pass(runs):
     assert aux[1:] != plain[1:]
 
 
-def test_dp2_gives_the_single_rank_numbers(runs):
+def _balance(text: str) -> list[str]:
+    return [line.split("load_balancing_loss: ")[1].split(" |")[0] for line in text.splitlines()
+            if line.startswith(" iteration ")]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layout_gives_the_single_rank_numbers(runs, layout):
     one = [(r.loss, r.grad_norm) for r in records(runs["aux"])]
-    two = [(r.loss, r.grad_norm) for r in records(runs["aux-dp2"])]
-    assert close(two, one), (two, one)
+    got = [(r.loss, r.grad_norm) for r in records(runs[layout])]
+    assert close(got, one), (got, one)
+    assert _balance(runs[layout].stdout) == _balance(runs["aux"].stdout)
 
 
 def test_a_capacity_factor_drops_tokens_and_says_how_many(runs):

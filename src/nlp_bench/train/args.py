@@ -121,9 +121,6 @@ def _check_moe(args: argparse.Namespace) -> None:
         if (getattr(args, flag) or 1) > 1:
             raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expert parallelism is not built "
                              "yet in this trainer (1 only)")
-    if args.tensor_model_parallel_size > 1 or args.pipeline_model_parallel_size > 1:
-        raise UsageError("--num-experts with --tensor-model-parallel-size or --pipeline-model-parallel-size above 1 "
-                         "is not built yet in this trainer (MoE runs with data parallelism only)")
     if args.expert_tensor_parallel_size is None:
         args.expert_tensor_parallel_size = args.tensor_model_parallel_size
     if args.distributed_backend in ("xla", "neuron"):

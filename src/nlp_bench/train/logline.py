@@ -36,14 +36,14 @@ class IntervalLog:
     it adds a collective); `meter`: this rank's EnergyMeter (one per node)."""
 
     def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float, board,
-                 energy: bool = False, meter=None) -> None:
+                 energy: bool = False, meter=None, moe: bool = False) -> None:
         import time
 
         self._clock = time.perf_counter
         self.groups, self.global_batch, self.seq_length = groups, global_batch, seq_length
         self.flops_per_iteration = flops_per_iteration
         self.timers, self.batch_size, self.validation_ppl = board.timers, board.batch_size, board.validation_ppl
-        self.energy, self.meter = energy, meter
+        self.energy, self.meter, self.moe = energy, meter, moe
         self.board = None
         if board.folder and groups.rank == groups.world - 1:
             from torch.utils.tensorboard import SummaryWriter
@@ -61,12 +61,12 @@ class IntervalLog:
         self.balance, self.balanced = 0.0, 0
         self.started = self._clock()
 
-    def add(self, losses: list[float], skipped: bool, balance: float | None = None) -> None:
-        """One iteration's losses; `balance` its MoE load-balancing loss (mean over layers and micro-batches)."""
+    def add(self, losses: list[float], skipped: bool, balance: float = 0.0, balanced: int = 0) -> None:
+        """One iteration's losses; `balance` the sum of this rank's `balanced` MoE load-balancing losses (one
+        per MoE layer and micro-batch)."""
         self.iterations += 1
-        if balance is not None:
-            self.balance += balance
-            self.balanced += 1
+        self.balance += balance
+        self.balanced += balanced
         self.skipped += int(skipped)
         if self.groups.is_last_stage and losses:
             loss = sum(losses) / len(losses)
@@ -87,12 +87,16 @@ class IntervalLog:
         from nlp_bench.train import collectives
 
         seconds = (self._clock() - self.started) / max(self.iterations, 1)
-        sums = torch.tensor([self.loss, float(self.counted), self.balance, float(self.balanced)], dtype=torch.float64)
+        sums = torch.tensor([self.loss, float(self.counted)], dtype=torch.float64)
         collectives.all_reduce(sums, self.groups.host_dp)
+        balance = None
+        if self.moe:  # every stage's MoE layers, every dp rank (tp ranks hold equal copies: the mean stands)
+            moe = torch.tensor([self.balance, float(self.balanced)], dtype=torch.float64)
+            collectives.all_reduce(moe, self.groups.host)
+            balance = moe[0].item() / moe[1].item() if moe[1].item() else None
         energy_j = self._energy() if self.energy else None
         if self.groups.rank == self.groups.world - 1:
             loss = sums[0].item() / max(sums[1].item(), 1.0)
-            balance = sums[2].item() / sums[3].item() if sums[3].item() else None
             tflops = flops.tflops_per_device(self.flops_per_iteration, seconds, self.groups.world)
             if self.board is not None:
                 scalars = [("lm loss", loss), ("learning-rate", lr), ("loss-scale", loss_scale),

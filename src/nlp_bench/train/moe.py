@@ -12,7 +12,9 @@ the routed tokens past it, lowest probability first (--moe-token-drop-policy pro
 (position); dropless when there is no factor or the capacity exceeds T.
 
 Every expert's weights are drawn whole under their own name, as the dense layers' are (layers.master_normal),
-so a later expert-parallel layout holds the same numbers as one rank.
+so a later expert-parallel layout holds the same numbers as one rank. Under tensor parallelism (without
+sequence parallelism) every tp rank holds every expert whole and routes the same tokens, as the norms are
+replicated; pipeline stages need nothing more, the loss riding on the activations.
 """
 
 from __future__ import annotations
@@ -205,13 +207,13 @@ class MoELayer(nn.Module):
         return y
 
 
-def drain(model: nn.Module) -> tuple[float | None, int]:
-    """The mean logged load-balancing loss over the MoE layers and micro-batches since the last call (None
-    when none was computed), and the (token, expert) pairs dropped; both reset."""
+def drain(model: nn.Module) -> tuple[float, int, int]:
+    """The sum and the number of the logged load-balancing losses of this rank's MoE layers and micro-batches
+    since the last call, and the (token, expert) pairs they dropped; all reset."""
     values, dropped = [], 0
     for module in model.modules():
         if isinstance(module, MoELayer):
             values += module.balance
             dropped += module.dropped
             module.balance, module.dropped = [], 0
-    return (torch.stack(values).mean().item() if values else None), dropped
+    return (torch.stack(values).sum().item() if values else 0.0), len(values), dropped

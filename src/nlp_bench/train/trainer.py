@@ -253,9 +253,9 @@ class Trainer:
             self.position += self.config.batch.global_batch_size if self.config.control.in_samples else 1
             self.norm = norm
         self.in_flight = max(self.in_flight, stats.max_in_flight)
-        balance, dropped = moe.drain(self.model)
+        balance, layers_run, dropped = moe.drain(self.model)
         self.dropped += dropped
-        self.log.add([] if loss is None else [loss], skipped, balance)
+        self.log.add([] if loss is None else [loss], skipped, balance, layers_run)
         self.profiler.after(iteration)
         return stats
 
@@ -328,8 +328,9 @@ class Trainer:
                  "gradient buckets were reduced during the backward pass")
         if self.config.model.moe is not None and self.config.model.moe.capacity_factor is not None:
             dropped = torch.tensor([float(self.dropped)], dtype=torch.float64)
-            collectives.all_reduce(dropped, self.groups.host_dp)
-            self.say(f"the experts' capacity dropped {int(dropped.item())} routed (token, expert) pairs")
+            collectives.all_reduce(dropped, self.groups.host)
+            pairs = int(dropped.item()) // self.groups.tp  # the tp ranks route the same tokens
+            self.say(f"the experts' capacity dropped {pairs} routed (token, expert) pairs")
         dist.barrier(group=self.groups.host)
         dist.destroy_process_group()
 
@@ -375,7 +376,7 @@ def _interval_log(config: TrainConfig, groups: ProcessGroups, device: torch.devi
         say_once(groups, f"energy: {meter.mode or 'not measured'}" + (f" ({meter.reason})" if meter.reason else ""))
     per_iteration = flops.CONVENTIONS[flops.log_convention(shape)](shape)
     return IntervalLog(groups, batch.global_batch_size, batch.seq_length, per_iteration, config.board,
-                       energy=device.type == "cuda", meter=meter)
+                       energy=device.type == "cuda", meter=meter, moe=cfg.moe is not None)
 
 
 def setup(config: TrainConfig) -> Trainer:

@@ -154,7 +154,6 @@ def test_megatron_moe_flags_and_defaults():
 @pytest.mark.parametrize("flags,says", [
     (["--expert-model-parallel-size", "2"], "--expert-model-parallel-size 2: expert parallelism is not built"),
     (["--expert-tensor-parallel-size", "2"], "--expert-tensor-parallel-size 2: expert parallelism is not built"),
-    (["--tensor-model-parallel-size", "2"], "--tensor-model-parallel-size"),
     (["--moe-router-topk", "5"], "--moe-router-topk 5"),
     (["--moe-layer-freq", "[1]*3"], "the pattern has 3 layers"),
     (["--moe-layer-freq", "__import__('os')"], "neither an integer nor a list pattern"),
@@ -170,6 +169,12 @@ def test_full_recompute_with_experts_is_refused_in_one_line():
                               "uniform", "--recompute-num-layers", "1"])
     with pytest.raises(UsageError, match="--num-experts with full activation recompute is not built yet"):
         build_config(args, 1)
+
+
+def test_experts_with_sequence_parallelism_are_refused_in_one_line():
+    args = parse_args(BASE + ["--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel"])
+    with pytest.raises(UsageError, match="--num-experts with --sequence-parallel is not built yet"):
+        build_config(args, 2)
 
 
 def test_moe_only_flags_need_experts():
