@@ -122,14 +122,10 @@ def dispatch_peak(layer: MoELayer, tokens: int, hidden: int) -> int:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tokens", type=int, default=4096)
-    p.add_argument("--hidden", type=int, default=512)
-    p.add_argument("--ffn", type=int, default=1024)
-    p.add_argument("--experts", type=int, default=8)
-    p.add_argument("--topk", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=7)
+    for name, default in {"tokens": 4096, "hidden": 512, "ffn": 1024, "experts": 8, "topk": 2, "repeats": 7,
+                          "threads": None}.items():
+        p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--memory-tokens", default="1024,4096,16384")
-    p.add_argument("--threads", type=int, default=None)
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
