@@ -73,6 +73,8 @@ def _moe_flags(a) -> None:
     a("--moe-expert-capacity-factor", type=float, default=None, help="none: dropless")
     a("--moe-token-drop-policy", choices=("probs", "position"), default="probs")
     a("--moe-grouped-gemm", action="store_true", help="accepted: the experts always run as one batched GEMM here")
+    a("--moe-token-dispatcher-type", choices=("allgather", "alltoall", "flex"), default="allgather",
+      help="accepted: on one expert-parallel rank every dispatcher is the same local permutation")
     a("--expert-model-parallel-size", type=int, default=1)
     a("--expert-tensor-parallel-size", type=int, default=None, help="default --tensor-model-parallel-size")
 

@@ -145,6 +145,7 @@ def test_megatron_moe_flags_and_defaults():
     assert (args.moe_router_score_function, args.moe_aux_loss_coeff, args.moe_expert_capacity_factor) == (
         "softmax", 0.0, None)
     assert args.moe_token_drop_policy == "probs" and args.expert_tensor_parallel_size == 1
+    assert args.moe_token_dispatcher_type == "allgather" and args.moe_router_load_balancing_type == "aux_loss"
     assert moe_layers(parse_args(BASE + ["--num-experts", "4", "--moe-layer-freq", "2"]).moe_layer_freq, 4) == [
         True, False, True, False]
     pattern = parse_args(BASE + ["--num-experts", "4", "--moe-layer-freq", "([0]+[1]*1)*2"]).moe_layer_freq
