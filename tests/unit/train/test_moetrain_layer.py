@@ -181,3 +181,21 @@ def test_experts_with_sequence_parallelism_are_refused_in_one_line():
 def test_moe_only_flags_need_experts():
     with pytest.raises(UsageError, match="--moe-expert-capacity-factor needs --num-experts"):
         parse_args(BASE + ["--moe-expert-capacity-factor", "1.0"])
+
+
+def test_moe_flag_names_and_defaults_are_megatron_core_v0_20_0s():
+    """Against the flag table generated from Megatron-LM's own parser (benchmark/megatron-lm/flags)."""
+    import json
+    from pathlib import Path
+
+    from nlp_bench.train.args import build_parser
+
+    table = Path(__file__).parents[3] / "benchmark" / "megatron-lm" / "flags" / "0.20.0.tsv"
+    rows = [line.split("\t") for line in table.read_text().splitlines() if not line.startswith("#")]
+    megatron = {row[0]: json.loads(row[5]) for row in rows[1:]}
+    ours = {a.option_strings[0][2:]: a.default for a in build_parser()._actions
+            if a.option_strings and ("moe" in a.dest or "expert" in a.dest)}
+    assert len(ours) == 14
+    for name, default in ours.items():
+        assert name in megatron, name
+        assert default == megatron[name], (name, default, megatron[name])
