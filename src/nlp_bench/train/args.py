@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m nlp_bench.train", description=__doc__, allow_abbrev=False)
-    for add in (_model_flags, _fusion_flags, _parallel_flags, _optimizer_flags, _data_flags, _run_flags):
+    for add in (_model_flags, _moe_flags, _fusion_flags, _parallel_flags, _optimizer_flags, _data_flags, _run_flags):
         add(p.add_argument)
     return p
 
@@ -57,6 +57,90 @@ def _model_flags(a) -> None:
     a("--recompute-granularity", choices=("selective", "full"), default=None)
     a("--recompute-method", choices=("uniform", "block"), default=None)
     a("--recompute-num-layers", type=int, default=None)
+
+
+def _moe_flags(a) -> None:
+    """Mixture of experts, under Megatron-LM core_v0.20.0's names and defaults (train/moe.py)."""
+    a("--num-experts", type=int, default=None, help="routed experts per MoE layer (none: a dense model)")
+    a("--moe-router-topk", type=int, default=2)
+    a("--moe-ffn-hidden-size", type=int, default=None, help="each expert's FFN size (default --ffn-hidden-size)")
+    a("--moe-shared-expert-intermediate-size", type=int, default=None, help="FFN size of the shared experts")
+    a("--moe-layer-freq", type=moe_layer_freq, default=1,
+      help='N: every Nth layer is MoE (layer 0 first); or a pattern such as "([0]+[1]*3)*2", 1 for MoE')
+    a("--moe-router-score-function", choices=("softmax", "sigmoid"), default="softmax")
+    a("--moe-router-load-balancing-type", choices=("aux_loss", "none"), default="aux_loss")
+    a("--moe-aux-loss-coeff", type=float, default=0.0)
+    a("--moe-expert-capacity-factor", type=float, default=None, help="none: dropless")
+    a("--moe-token-drop-policy", choices=("probs", "position"), default="probs")
+    a("--moe-grouped-gemm", action="store_true", help="accepted: the experts always run as one batched GEMM here")
+    a("--moe-token-dispatcher-type", choices=("allgather", "alltoall", "flex"), default="allgather",
+      help="accepted: on one expert-parallel rank every dispatcher is the same local permutation")
+    a("--expert-model-parallel-size", type=int, default=1)
+    a("--expert-tensor-parallel-size", type=int, default=None, help="default --tensor-model-parallel-size")
+
+
+def moe_layer_freq(text: str) -> int | list[int]:
+    """Megatron's --moe-layer-freq: an int, or a list expression of 0/1 built from lists, + and * (read
+    without eval)."""
+    import ast
+
+    def value(node):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.List):
+            return [value(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = value(node.left), value(node.right)
+            return left + right if isinstance(node.op, ast.Add) else left * right
+        raise ValueError(text)
+
+    try:
+        out = value(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither an integer nor a list pattern") from None
+    if isinstance(out, list) and not all(v in (0, 1) for v in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: a pattern holds only 0 (dense) and 1 (MoE)")
+    return out
+
+
+def moe_layers(freq: int | list[int], num_layers: int) -> list[bool]:
+    """Which layers are MoE, as Megatron reads --moe-layer-freq."""
+    if isinstance(freq, int):
+        return [i % freq == 0 for i in range(num_layers)]
+    return [bool(v) for v in freq]
+
+
+def _check_moe(args: argparse.Namespace) -> None:
+    """The MoE flags on their own; what this first slice of the trainer cannot run is refused by name."""
+    moe_only = [f for f, v in (("--moe-ffn-hidden-size", args.moe_ffn_hidden_size),
+                               ("--moe-shared-expert-intermediate-size", args.moe_shared_expert_intermediate_size),
+                               ("--moe-expert-capacity-factor", args.moe_expert_capacity_factor)) if v is not None]
+    if args.num_experts is None:
+        if moe_only:
+            raise UsageError(f"{moe_only[0]} needs --num-experts")
+        return
+    for flag in ("expert_model_parallel_size", "expert_tensor_parallel_size"):
+        if (getattr(args, flag) or 1) > 1:
+            raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expert parallelism is not built "
+                             "yet in this trainer (1 only)")
+    if args.expert_tensor_parallel_size is None:
+        args.expert_tensor_parallel_size = args.tensor_model_parallel_size
+    if args.distributed_backend in ("xla", "neuron"):
+        raise UsageError(f"--num-experts with --distributed-backend {args.distributed_backend} is not built yet")
+    if not 1 <= args.moe_router_topk <= args.num_experts:
+        raise UsageError(f"--moe-router-topk {args.moe_router_topk} must be between 1 and --num-experts "
+                         f"{args.num_experts}")
+    if args.moe_ffn_hidden_size is None:
+        args.moe_ffn_hidden_size = args.ffn_hidden_size
+    if isinstance(args.moe_layer_freq, list) and len(args.moe_layer_freq) != args.num_layers:
+        raise UsageError(f"--moe-layer-freq: the pattern has {len(args.moe_layer_freq)} layers, --num-layers is "
+                         f"{args.num_layers}")
+    if isinstance(args.moe_layer_freq, int) and args.moe_layer_freq < 1:
+        raise UsageError("--moe-layer-freq must be at least 1")
+    if args.moe_expert_capacity_factor is not None and args.moe_expert_capacity_factor <= 0:
+        raise UsageError("--moe-expert-capacity-factor must be above 0")
+    if args.moe_router_load_balancing_type == "none":
+        args.moe_aux_loss_coeff = 0.0
 
 
 def _fusion_flags(a) -> None:
@@ -212,6 +296,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.max_position_embeddings = args.seq_length
     if args.seq_length > args.max_position_embeddings:
         raise UsageError(f"--seq-length {args.seq_length} exceeds --max-position-embeddings {args.max_position_embeddings}")
+    _check_moe(args)
     if (args.train_iters is None) == (args.train_samples is None):
         raise UsageError("give exactly one of --train-iters and --train-samples")
     if args.tokenizer_type == "GPT2BPETokenizer" and args.vocab_file:

@@ -11,14 +11,16 @@ import math
 
 def iteration_line(*, iteration: int, total: int, consumed: int, seconds: float, lr: float, global_batch: int,
                    seq_length: int, loss: float, loss_scale: float, grad_norm: float, skipped: int, nan: int,
-                   tflops: float, energy_j: float | None = None) -> str:
+                   tflops: float, energy_j: float | None = None, balance: float | None = None) -> str:
     """Megatron's fields in Megatron's order, plus tokens per second (Megatron never prints it) and, where
-    the GPUs' energy is measured, the joules the job's GPUs used over the interval."""
+    the GPUs' energy is measured, the joules the job's GPUs used over the interval. `balance`: the MoE
+    load-balancing loss without its coefficient, where Megatron-core's MoE metrics put it."""
     energy = "" if energy_j is None else f" energy (J): {energy_j:.1f} |"
+    moe = "" if balance is None else f" load_balancing_loss: {balance:.2f} |"
     return (
         f" iteration {iteration:8d}/{total:8d} | consumed samples: {consumed:12d} |"
         f" elapsed time per iteration (s): {seconds:.4f} | learning rate: {lr:.3E} |"
-        f" global batch size: {global_batch:5d} | lm loss: {loss:.6E} | loss scale: {loss_scale:.1f} |"
+        f" global batch size: {global_batch:5d} | lm loss: {loss:.6E} |{moe} loss scale: {loss_scale:.1f} |"
         f" grad norm: {grad_norm:.3f} | number of skipped iterations: {skipped:3d} |"
         f" number of nan iterations: {nan:3d} | samples per second: {global_batch / seconds:.3f} |"
         f" tokens per second: {global_batch * seq_length / seconds:.1f} | TFLOPs: {tflops:.2f} |{energy}"
@@ -34,14 +36,14 @@ class IntervalLog:
     it adds a collective); `meter`: this rank's EnergyMeter (one per node)."""
 
     def __init__(self, groups, global_batch: int, seq_length: int, flops_per_iteration: float, board,
-                 energy: bool = False, meter=None) -> None:
+                 energy: bool = False, meter=None, moe: bool = False) -> None:
         import time
 
         self._clock = time.perf_counter
         self.groups, self.global_batch, self.seq_length = groups, global_batch, seq_length
         self.flops_per_iteration = flops_per_iteration
         self.timers, self.batch_size, self.validation_ppl = board.timers, board.batch_size, board.validation_ppl
-        self.energy, self.meter = energy, meter
+        self.energy, self.meter, self.moe = energy, meter, moe
         self.board = None
         if board.folder and groups.rank == groups.world - 1:
             from torch.utils.tensorboard import SummaryWriter
@@ -56,10 +58,15 @@ class IntervalLog:
 
     def _reset(self) -> None:
         self.loss, self.counted, self.iterations, self.skipped, self.nan = 0.0, 0, 0, 0, 0
+        self.balance, self.balanced = 0.0, 0
         self.started = self._clock()
 
-    def add(self, losses: list[float], skipped: bool) -> None:
+    def add(self, losses: list[float], skipped: bool, balance: float = 0.0, balanced: int = 0) -> None:
+        """One iteration's losses; `balance` the sum of this rank's `balanced` MoE load-balancing losses (one
+        per MoE layer and micro-batch)."""
         self.iterations += 1
+        self.balance += balance
+        self.balanced += balanced
         self.skipped += int(skipped)
         if self.groups.is_last_stage and losses:
             loss = sum(losses) / len(losses)
@@ -82,6 +89,11 @@ class IntervalLog:
         seconds = (self._clock() - self.started) / max(self.iterations, 1)
         sums = torch.tensor([self.loss, float(self.counted)], dtype=torch.float64)
         collectives.all_reduce(sums, self.groups.host_dp)
+        balance = None
+        if self.moe:  # every stage's MoE layers, every dp rank (tp ranks hold equal copies: the mean stands)
+            moe = torch.tensor([self.balance, float(self.balanced)], dtype=torch.float64)
+            collectives.all_reduce(moe, self.groups.host)
+            balance = moe[0].item() / moe[1].item() if moe[1].item() else None
         energy_j = self._energy() if self.energy else None
         if self.groups.rank == self.groups.world - 1:
             loss = sums[0].item() / max(sums[1].item(), 1.0)
@@ -89,7 +101,7 @@ class IntervalLog:
             if self.board is not None:
                 scalars = [("lm loss", loss), ("learning-rate", lr), ("loss-scale", loss_scale),
                            ("grad-norm", grad_norm), ("tokens-per-second", self.global_batch * self.seq_length / seconds),
-                           ("TFLOPs", tflops)]
+                           ("TFLOPs", tflops)] + ([] if balance is None else [("load_balancing_loss", balance)])
                 if self.timers:
                     scalars.append(("iteration-time", seconds))
                 if self.batch_size:
@@ -100,7 +112,7 @@ class IntervalLog:
             print(iteration_line(iteration=iteration, total=total, consumed=iteration * self.global_batch,
                                  seconds=seconds, lr=lr, global_batch=self.global_batch, seq_length=self.seq_length,
                                  loss=loss, loss_scale=loss_scale, grad_norm=grad_norm, skipped=self.skipped,
-                                 nan=self.nan, tflops=tflops, energy_j=energy_j), flush=True)
+                                 nan=self.nan, tflops=tflops, energy_j=energy_j, balance=balance), flush=True)
             if self.mlperf is not None:
                 self.mlperf.interval(iteration * self.global_batch, seconds, self.global_batch, loss)
         self._reset()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,7 @@ from nlp_bench import kernels
 from nlp_bench.train import collectives, layers
 from nlp_bench.train.config import GPTConfig
 from nlp_bench.train.layers import TensorParallel, mark
+from nlp_bench.train.moe import MoELayer
 from nlp_bench.train.rng import ParallelRNG, recompute
 
 
@@ -135,16 +137,17 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: GPTConfig, tp: TensorParallel, index: int) -> None:
+    def __init__(self, cfg: GPTConfig, tp: TensorParallel, index: int, name: str = "") -> None:
         super().__init__()
         h, f = cfg.hidden_size, cfg.ffn_hidden_size
         self.swiglu = cfg.swiglu
+        key = f"layers.{index}.{name}"
         # GeLU: the bias is added inside the fused bias-gelu (Megatron's skip_bias_add)
-        self.fc1 = layers.ColumnParallelLinear(h, f, cfg.init_method_std, f"layers.{index}.fc1", cfg.seed, tp,
+        self.fc1 = layers.ColumnParallelLinear(h, f, cfg.init_method_std, f"{key}fc1", cfg.seed, tp,
                                                parts=2 if cfg.swiglu else 1, skip_bias_add=not cfg.swiglu,
                                                bias=cfg.add_bias_linear)
         self.fc2 = layers.RowParallelLinear(f, h, layers.scaled_std(cfg.init_method_std, cfg.num_layers),
-                                            f"layers.{index}.fc2", cfg.seed, tp, bias=cfg.add_bias_linear)
+                                            f"{key}fc2", cfg.seed, tp, bias=cfg.add_bias_linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc1(x)
@@ -158,7 +161,12 @@ class Block(nn.Module):
         self.ln1 = Norm(cfg, tp)
         self.attn = Attention(cfg, tp, rng, index)
         self.ln2 = Norm(cfg, tp)
-        self.mlp = MLP(cfg, tp, index)
+        if cfg.moe is not None and cfg.moe.layers[index]:
+            size = cfg.moe.shared_ffn_hidden_size
+            shared = None if size is None else MLP(replace(cfg, ffn_hidden_size=size), tp, index, "shared_experts.")
+            self.mlp = MoELayer(cfg, tp, index, shared)
+        else:
+            self.mlp = MLP(cfg, tp, index)
         self.p = cfg.hidden_dropout
         # under sequence parallelism each rank holds other tokens: dropout must differ between ranks
         self.region = rng.fork if tp.sequence_parallel else contextlib.nullcontext

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from nlp_bench import flops, kernels
 from nlp_bench.errors import BenchError
 from nlp_bench.spec.layout import virtual_stages
-from nlp_bench.train import checkpoint, collectives, pipeline
+from nlp_bench.train import checkpoint, collectives, moe, pipeline
 from nlp_bench.train.args import UsageError, parse_args
 from nlp_bench.train.batches import IndexedData, MockData
 from nlp_bench.train.config import RunControl, TrainConfig, build_config
@@ -200,6 +200,8 @@ class Trainer:
     evaluated: int = 0
     #: the most micro-batches' activations the first pipeline stage held at once
     in_flight: int = 0
+    #: (token, expert) pairs this rank's MoE layers dropped past an expert's capacity
+    dropped: int = 0
 
     @property
     def dtype(self) -> torch.dtype:
@@ -235,6 +237,7 @@ class Trainer:
         if self.log.mlperf is not None:
             self.log.mlperf.training(first)
         batches = self.batches(self.data, first)
+        moe.set_aux_loss_scale(self.optimizer.loss_scale / len(batches))
         stats = pipeline.run(self.model, self.groups, batches, self.optimizer.loss_scale, self.activation_shape,
                              self.dtype, self.device)
         if self.config.control.inject_inf_grad_at_iteration == iteration:
@@ -250,7 +253,9 @@ class Trainer:
             self.position += self.config.batch.global_batch_size if self.config.control.in_samples else 1
             self.norm = norm
         self.in_flight = max(self.in_flight, stats.max_in_flight)
-        self.log.add([] if loss is None else [loss], skipped)
+        balance, layers_run, dropped = moe.drain(self.model)
+        self.dropped += dropped
+        self.log.add([] if loss is None else [loss], skipped, balance, layers_run)
         self.profiler.after(iteration)
         return stats
 
@@ -321,6 +326,11 @@ class Trainer:
                  f"first pipeline stage held at most {self.in_flight} forward passes' activations at once; "
                  f"{self.buffer.overlapped} of {len(self.buffer.buckets) * (iteration - self.start)} data-parallel "
                  "gradient buckets were reduced during the backward pass")
+        if self.config.model.moe is not None and self.config.model.moe.capacity_factor is not None:
+            dropped = torch.tensor([float(self.dropped)], dtype=torch.float64)
+            collectives.all_reduce(dropped, self.groups.host)
+            pairs = int(dropped.item()) // self.groups.tp  # the tp ranks route the same tokens
+            self.say(f"the experts' capacity dropped {pairs} routed (token, expert) pairs")
         dist.barrier(group=self.groups.host)
         dist.destroy_process_group()
 
@@ -339,6 +349,13 @@ def _introduce(config: TrainConfig, groups: ProcessGroups, device: torch.device,
         f"{'on' if on.distributed_optimizer else 'off'}, recompute {on.recompute}")
     say_once(groups, f"model {config.spec.description()}, vocab {config.data.vocab_size} padded to {cfg.vocab_padded}, "
         f"{sum(p.numel() for p in model.parameters()):,} parameters on rank 0")
+    if cfg.moe is not None:
+        m = cfg.moe
+        say_once(groups, f"experts: {m.num_experts} routed, top-{m.topk} by {m.score_function}, expert ffn "
+            f"{m.ffn_hidden_size}, shared ffn {m.shared_ffn_hidden_size or 'none'}, MoE layers "
+            f"{[i for i, on_ in enumerate(m.layers) if on_]}, aux loss coefficient {m.aux_loss_coeff}, "
+            + ("dropless" if m.capacity_factor is None else f"capacity factor {m.capacity_factor} "
+               f"(drop by {m.drop_policy})"))
     attention = ("scaled_dot_product_attention" if on.masked_softmax_fusion
                  else "unfused (--no-masked-softmax-fusion)")
     say_once(groups, f"{kernels.describe()}; attention {attention}")
@@ -359,7 +376,7 @@ def _interval_log(config: TrainConfig, groups: ProcessGroups, device: torch.devi
         say_once(groups, f"energy: {meter.mode or 'not measured'}" + (f" ({meter.reason})" if meter.reason else ""))
     per_iteration = flops.CONVENTIONS[flops.log_convention(shape)](shape)
     return IntervalLog(groups, batch.global_batch_size, batch.seq_length, per_iteration, config.board,
-                       energy=device.type == "cuda", meter=meter)
+                       energy=device.type == "cuda", meter=meter, moe=cfg.moe is not None)
 
 
 def setup(config: TrainConfig) -> Trainer:
