@@ -16,7 +16,7 @@ def iteration_line(*, iteration: int, total: int, consumed: int, seconds: float,
     the GPUs' energy is measured, the joules the job's GPUs used over the interval. `balance`: the MoE
     load-balancing loss without its coefficient, where Megatron-core's MoE metrics put it."""
     energy = "" if energy_j is None else f" energy (J): {energy_j:.1f} |"
-    moe = "" if balance is None else f" load_balancing_loss: {balance:.2f} |"
+    moe = "" if balance is None else f" load_balancing_loss: {balance:.6E} |"
     return (
         f" iteration {iteration:8d}/{total:8d} | consumed samples: {consumed:12d} |"
         f" elapsed time per iteration (s): {seconds:.4f} | learning rate: {lr:.3E} |"
