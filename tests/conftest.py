@@ -231,12 +231,21 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:
 
 
 def until(predicate, what: str, timeout: float = 120.0) -> None:
-    """Wait for an event (a file, a line, a state) the test can see; fail after `timeout`."""
+    """Wait for an event (a file, a line, a state) the test can see; fail after `timeout`. A folder that
+    vanishes while the predicate looks (a run's `.creating-` folder renamed into place under a glob) is not
+    the event yet."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not _seen(predicate):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def _seen(predicate) -> bool:
+    try:
+        return bool(predicate())
+    except FileNotFoundError:
+        return False
 
 
 def started(folder: Path, times: int = 1) -> bool:
