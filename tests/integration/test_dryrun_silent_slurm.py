@@ -24,7 +24,8 @@ def test_a_submission_to_a_silent_controller_is_refused_in_one_line_within_secon
         proc = run_bench("sweep", "--resume", run.name, cwd=tmp_path, timeout=60)
         took = time.monotonic() - began
     one_line(proc, "system local-slurm: Slurm did not answer", "nothing was queued")
-    assert took < 10, f"refused after {took:.0f} s"
+    # within the ping's 3 s plus bench's start, with room for a busy machine; unchecked, it waited 60 s and more
+    assert took < 30, f"refused after {took:.0f} s"
     assert all(job(folder) is None for folder in points), "no point marked SUBMITTING, nor any attempt begun"
     again = run_bench("sweep", "--resume", run.name, cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -48,7 +48,7 @@ def test_a_new_run_on_a_silent_controller_is_refused_before_anything_is_written(
     out = bench("run", "--tag", "smoke", "--system", "local-slurm")
     _refused(out, "system local-slurm: Slurm did not answer", "ctl-host is DOWN", "nothing was queued",
              "bench doctor --system local-slurm")
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 25  # a DOWN answer is at once; the bound leaves room for a busy machine
     assert not no_controller.exists() and not list(results.rglob("run.json")), "nothing submitted, nothing written"
 
 
@@ -69,4 +69,5 @@ def test_a_hung_controller_is_refused_once_the_ping_times_out(bench, results, no
     began = time.monotonic()
     _refused(bench("run", "--tag", "smoke", "--system", "local-slurm"), "system local-slurm: Slurm did not answer",
              "scontrol did not answer within 1 s")
-    assert time.monotonic() - began < 10 and not list(results.rglob("run.json"))
+    # the stand-in scontrol sleeps 30 s: refused at the 1-s ping bound, not after it answers
+    assert time.monotonic() - began < 25 and not list(results.rglob("run.json"))
