@@ -1,7 +1,6 @@
 """Grid files: expansion semantics, every dropped point with its reason, safe expressions, rules."""
 
 import json
-from pathlib import Path
 
 import yaml
 from conftest import ROOT, run_bench
@@ -19,14 +18,15 @@ matrix:
   mbs: [1, 2]
 """
 
-def test_a_grid_over_the_threshold_writes_nothing(tmp_path):
+def test_a_grid_over_the_threshold_writes_nothing(tmp_path, monkeypatch):
     """1,600 combinations, 1,550 runnable points: more than the default 1,000 point folders. One line, exit 2,
-    no run folder, nothing left in the temporary folder; --max-points raises the threshold."""
-    import tempfile
-
+    no run folder, nothing left in the temporary folder; --max-points raises the threshold. The process gets a
+    temporary folder of its own: the shared /tmp holds the dropped-point files of tests running beside it."""
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private_tmp))
     path = tmp_path / "large.yaml"
     path.write_text(LARGE_GRID.format(nodes=", ".join(str(n) for n in range(8, 8 + 8 * 50, 8))))
-    before = set(Path(tempfile.gettempdir()).glob("nlp-bench-dropped-*"))
     proc = run_bench("sweep", str(path), "--dry-run", "--no-plan", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -34,7 +34,7 @@ def test_a_grid_over_the_threshold_writes_nothing(tmp_path):
     assert "1,550 runnable points (1,600 combinations), more than --max-points 1,000" in lines[0]
     assert "--top K" in lines[0] and "nothing was written" in lines[0]
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("run.json"))
-    assert set(Path(tempfile.gettempdir()).glob("nlp-bench-dropped-*")) == before
+    assert not any(private_tmp.iterdir())
     proc = run_bench("sweep", str(path), "--dry-run", "--no-plan", "--max-points", "1600", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert len(list((tmp_path / "results").rglob("jobscript.sbatch"))) == 1550
