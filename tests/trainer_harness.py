@@ -30,6 +30,14 @@ from nlp_bench.analysis.parsers import parse_text
 
 #: how long one run may take before the launcher stops it (exit 124, as `timeout` would)
 RUN_TIMEOUT_S = 600
+#: the MoE model of the trainer's MoE tests: 2 layers, both MoE, 4 experts of width 32, top-2, a shared expert
+MOE_MODEL = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--ffn-hidden-size", "64",
+             "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear", "--seq-length", "16",
+             "--train-iters", "3", "--log-interval", "1", "--lr", "3e-3", "--mock-data", "--vocab-size", "200",
+             "--distributed-backend", "gloo", "--hidden-dropout", "0", "--attention-dropout", "0", "--seed", "5",
+             "--global-batch-size", "4", "--eval-iters", "0", "--num-experts", "4", "--moe-router-topk", "2",
+             "--moe-ffn-hidden-size", "32", "--moe-shared-expert-intermediate-size", "16", "--moe-layer-freq",
+             "([1]*2)"]
 _VALIDATION = re.compile(r"validation loss at iteration \d+ \| lm loss value: (\S+) \|")
 
 

@@ -1,21 +1,14 @@
 """The trainer with mixture-of-experts layers (gloo, fp32, dropout 0): it trains, prints Megatron-core's
-load_balancing_loss field, the aux loss changes the gradients, dp 2, tp 2 (every expert whole on each tp
-rank) and pp 2 give the single rank's numbers and load-balancing loss (dropless), and a capacity factor
-drops tokens and says how many. (The layouts not built yet are refused before any process group:
-tests/unit/train/test_moetrain_layer.py.)"""
+load_balancing_loss field, the aux loss changes the gradients, dp 2, tp 2 (without sequence parallelism:
+each tp rank holds its slice of every expert, expert tp = tp) and pp 2 give the single rank's numbers and
+load-balancing loss (dropless), and a capacity factor drops tokens and says how many. Expert parallelism:
+test_moetrain_experts.py; what the trainer refuses, before any process group:
+tests/unit/train/test_moetrain_layer.py."""
 
 import pytest
-from trainer_harness import Launch, close, launch_all, records
+from trainer_harness import MOE_MODEL, Launch, close, launch_all, records
 
 pytestmark = pytest.mark.slow
-
-MODEL = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--ffn-hidden-size", "64",
-         "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear", "--seq-length", "16",
-         "--train-iters", "3", "--log-interval", "1", "--lr", "3e-3", "--mock-data", "--vocab-size", "200",
-         "--distributed-backend", "gloo", "--hidden-dropout", "0", "--attention-dropout", "0", "--seed", "5",
-         "--global-batch-size", "4", "--eval-iters", "0", "--num-experts", "4", "--moe-router-topk", "2",
-         "--moe-ffn-hidden-size", "32", "--moe-shared-expert-intermediate-size", "16", "--moe-layer-freq", "([1]*2)"]
-
 
 LAYOUTS = {"dp2": ["--micro-batch-size", "2"],
            "tp2": ["--tensor-model-parallel-size", "2", "--micro-batch-size", "2"],
@@ -26,10 +19,10 @@ LAYOUTS = {"dp2": ["--micro-batch-size", "2"],
 def runs():
     aux = ["--moe-aux-loss-coeff", "0.5"]
     return launch_all({
-        "no-aux": Launch(1, [*MODEL, "--micro-batch-size", "2"]),
-        "aux": Launch(1, [*MODEL, *aux, "--micro-batch-size", "2"]),
-        **{name: Launch(2, [*MODEL, *aux, *flags]) for name, flags in LAYOUTS.items()},
-        "capacity": Launch(1, [*MODEL, *aux, "--micro-batch-size", "2", "--moe-expert-capacity-factor", "0.5"]),
+        "no-aux": Launch(1, [*MOE_MODEL, "--micro-batch-size", "2"]),
+        "aux": Launch(1, [*MOE_MODEL, *aux, "--micro-batch-size", "2"]),
+        **{name: Launch(2, [*MOE_MODEL, *aux, *flags]) for name, flags in LAYOUTS.items()},
+        "capacity": Launch(1, [*MOE_MODEL, *aux, "--micro-batch-size", "2", "--moe-expert-capacity-factor", "0.5"]),
     })
 
 

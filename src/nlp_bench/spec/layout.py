@@ -32,6 +32,24 @@ def expert_data_parallel_size(world: int, etp: int, ep: int, pp: int) -> int:
     return world // (etp * ep * pp)
 
 
+def expert_grid(world: int, pp: int, etp: int, ep: int) -> dict[str, list[list[int]]]:
+    """Megatron-core's expert grid as lists of global ranks: the ranks of each pipeline stage (tp x cp x dp of
+    them, in their dense order) laid out anew with expert tp fastest, then ep, then expert dp. `etp`: the
+    ranks that split each expert's matrices; `ep`: the ranks the experts are spread over; `tp_ep`: both (one
+    whole copy of every expert); `edp`: the ranks that hold the same expert shard (their gradients are summed)."""
+    stage = world // pp
+    edp = stage // (etp * ep)
+    grid: dict[str, list[list[int]]] = {"etp": [], "ep": [], "tp_ep": [], "edp": []}
+    for p in range(pp):
+        def rank(t: int, e: int, d: int, base: int = p * stage) -> int:
+            return base + t + etp * (e + ep * d)
+        grid["etp"] += [[rank(t, e, d) for t in range(etp)] for d in range(edp) for e in range(ep)]
+        grid["ep"] += [[rank(t, e, d) for e in range(ep)] for d in range(edp) for t in range(etp)]
+        grid["tp_ep"] += [[rank(t, e, d) for e in range(ep) for t in range(etp)] for d in range(edp)]
+        grid["edp"] += [[rank(t, e, d) for d in range(edp)] for e in range(ep) for t in range(etp)]
+    return grid
+
+
 def virtual_stages(pp: int, vp: int) -> int:
     """Model chunks over the whole pipeline: pp ranks holding vp chunks each."""
     return pp * vp

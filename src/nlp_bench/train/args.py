@@ -120,9 +120,8 @@ def _check_moe(args: argparse.Namespace) -> None:
             raise UsageError(f"{moe_only[0]} needs --num-experts")
         return
     for flag in ("expert_model_parallel_size", "expert_tensor_parallel_size"):
-        if (getattr(args, flag) or 1) > 1:
-            raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expert parallelism is not built "
-                             "yet in this trainer (1 only)")
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be at least 1")
     if args.expert_tensor_parallel_size is None:
         args.expert_tensor_parallel_size = args.tensor_model_parallel_size
     if args.distributed_backend in ("xla", "neuron"):
@@ -132,6 +131,9 @@ def _check_moe(args: argparse.Namespace) -> None:
                          f"{args.num_experts}")
     if args.moe_ffn_hidden_size is None:
         args.moe_ffn_hidden_size = args.ffn_hidden_size
+    if args.moe_ffn_hidden_size % args.expert_tensor_parallel_size:
+        raise UsageError(f"--expert-tensor-parallel-size {args.expert_tensor_parallel_size} must divide each "
+                         f"expert's FFN size {args.moe_ffn_hidden_size} (--moe-ffn-hidden-size)")
     if isinstance(args.moe_layer_freq, list) and len(args.moe_layer_freq) != args.num_layers:
         raise UsageError(f"--moe-layer-freq: the pattern has {len(args.moe_layer_freq)} layers, --num-layers is "
                          f"{args.num_layers}")

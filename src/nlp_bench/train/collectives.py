@@ -152,6 +152,32 @@ def scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.
     return x if size(group) == 1 else _ScatterSequence.apply(x, group)
 
 
+def _all_to_all(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    x = x.contiguous()  # (empty_like would copy a transposed gradient's strides)
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x, group=group)
+    return out
+
+
+class _AllToAll(torch.autograd.Function):
+    """Forward: chunk j of the first dimension goes to rank j, which keeps it as its chunk i (i: the sender).
+    Backward: the same exchange of the gradients (the exchange is its own adjoint)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _all_to_all(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_to_all(grad, ctx.group), None
+
+
+def all_to_all(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """The experts' token exchange: x's first dimension has one equal chunk per rank of `group`."""
+    return x if size(group) == 1 else _AllToAll.apply(x, group)
+
+
 def all_reduce_grads(tensors: list[torch.Tensor], group: dist.ProcessGroup | None) -> None:
     """Sum gradients of replicated parameters over a group (sequence-parallel norms, tied embeddings)."""
     if not _reduces(group) or not tensors:

@@ -92,6 +92,9 @@ class ParallelConfig:
     backend: str
     #: elements per data-parallel gradient bucket
     bucket_size: int
+    #: expert parallelism and the experts' tensor parallelism (MoE; 1 and tp for a dense model)
+    ep: int = 1
+    etp: int = 1
 
 
 @dataclass(frozen=True)
@@ -191,14 +194,33 @@ def _layout(args: Namespace, on: Switches, world: int) -> tuple[ParallelConfig, 
         world=world, tp=tp, pp=pp, num_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
         ffn_hidden_size=args.ffn_hidden_size, hidden_size=args.hidden_size, seq_length=args.seq_length,
         sequence_parallel=on.sequence_parallel, layers_per_chunk=on.layers_per_virtual_stage,
-        micro_batch_size=mbs, global_batch_size=gbs, devices="ranks", num_query_groups=args.num_query_groups)
+        micro_batch_size=mbs, global_batch_size=gbs, devices="ranks", num_query_groups=args.num_query_groups,
+        ep=args.expert_model_parallel_size, etp=args.expert_tensor_parallel_size, num_experts=args.num_experts)
     if broken:
         raise UsageError(broken[0].message)
     chunks = on.model_chunks(args.num_layers, pp)
     parallel = ParallelConfig(world, tp, pp, dp, chunks, args.num_layers // virtual_stages(pp, chunks), on.sequence_parallel,
                               on.distributed_optimizer, args.distributed_backend,
-                              args.ddp_bucket_size or max(40_000_000, 1_000_000 * dp))
+                              args.ddp_bucket_size or max(40_000_000, 1_000_000 * dp), args.expert_model_parallel_size,
+                              args.expert_tensor_parallel_size or 1)
     return parallel, BatchConfig(mbs, gbs, gbs // (mbs * dp), args.seq_length)
+
+
+def _check_expert_layout(parallel: ParallelConfig, args: Namespace) -> None:
+    """What the trainer's expert grid (train/moe.py) cannot run. Experts spread beyond the dense layout's own
+    shards (ep > 1, or an expert tp other than 1 and tp) have their own gradient group, which the
+    distributed optimizer's shards and the checkpoint's files do not know yet."""
+    tp, ep, etp = parallel.tp, parallel.ep, parallel.etp
+    if tp > 1 and not parallel.sequence_parallel and (ep > 1 or etp not in (1, tp)):
+        raise UsageError(f"expert parallelism (ep {ep}, expert tp {etp}) with --tensor-model-parallel-size {tp} "
+                         "needs --sequence-parallel: each tp rank then routes its own tokens (as Megatron-core "
+                         "trains MoE)")
+    if ep > 1 or etp not in (1, tp):
+        for flag, given in (("--use-distributed-optimizer", parallel.distributed_optimizer),
+                            ("--save", args.save), ("--load", args.load)):
+            if given:
+                raise UsageError(f"{flag} with expert parallelism (ep {ep}, expert tp {etp}) is not built yet in "
+                                 "this trainer: use it with ep 1 and expert tp 1 or tp")
 
 
 def _moe(args: Namespace) -> MoEConfig | None:
@@ -232,10 +254,9 @@ def build_config(args: Namespace, world: int) -> TrainConfig:
         raise UsageError(str(exc)) from None
     if args.num_experts is not None and on.recompute == "full":
         raise UsageError("--num-experts with full activation recompute is not built yet (selective works)")
-    if args.num_experts is not None and on.sequence_parallel:
-        raise UsageError("--num-experts with --sequence-parallel is not built yet (tp without it keeps every expert "
-                         "whole on each tp rank)")
     parallel, batch = _layout(args, on, world)
+    if args.num_experts is not None:
+        _check_expert_layout(parallel, args)
     if args.mlperf_log is not None and (why := check_path(args.mlperf_log)):
         raise UsageError(why)
     schedule, iterations, in_samples = from_args(args, batch.global_batch_size)

@@ -28,8 +28,11 @@ class GradBuffer:
         self.groups, self.shards, self.micro_batches = groups, shards, micro_batches
         tied = {id(p) for p in model.tied_weights()} if hasattr(model, "tied_weights") else set()
         backward_order = [p for p in model.parameters() if p.requires_grad][::-1]
-        # tied copies go last, outside every bucket: they are summed over the embedding group first
-        self.params = [p for p in backward_order if id(p) not in tied] + [p for p in backward_order if id(p) in tied]
+        experts = [p for p in backward_order if getattr(p, "expert_parallel", False)]
+        # tied copies go last, outside every bucket: they are summed over the embedding group first; the
+        # experts' shards after them, summed over their own group (ProcessGroups.experts)
+        dense = [p for p in backward_order if id(p) not in tied and not getattr(p, "expert_parallel", False)]
+        self.params = dense + [p for p in backward_order if id(p) in tied] + experts
         self.numel = sum(p.numel() for p in self.params)
         padded = -(-self.numel // shards) * shards
         self.fp32 = all(p.dtype == torch.float32 for p in self.params)
@@ -41,7 +44,10 @@ class GradBuffer:
         self.buckets: list[tuple[int, int, int]] = []  # (start, end, number of parameters)
         self._bucket_of: dict[int, int] = {}
         self._late: list[nn.Parameter] = []
+        self._experts = experts
         counted = self._lay_out(tied, bucket_size)
+        #: the experts' shards within the buffer: their norm is summed over expert tp x ep apart from the rest
+        self.expert_range = slice(self.numel - sum(p.numel() for p in experts), self.numel)
         self.overlap = shards == 1 and groups.dp > 1
         self._fired: dict[int, int] = {}
         self._ready = [0] * len(self.buckets)
@@ -73,8 +79,11 @@ class GradBuffer:
             copies = getattr(p, "tp_copies", 1)
             once = (getattr(p, "tensor_parallel", False) and self.groups.tp_rank % copies == 0
                     or self.groups.tp_rank == 0)
-            counted[offset:offset + n] = 1.0 if once and not getattr(p, "shared_copy", False) else 0.0
+            expert = getattr(p, "expert_parallel", False)
+            counted[offset:offset + n] = 1.0 if once and not getattr(p, "shared_copy", False) and not expert else 0.0
             offset += n
+            if expert:
+                continue
             if id(p) in tied:
                 self._late.append(p)
                 continue
@@ -83,8 +92,9 @@ class GradBuffer:
             if offset - bucket_start >= bucket_size:
                 self.buckets.append((bucket_start, offset, bucket_params))
                 bucket_start, bucket_params = offset, 0
-        if bucket_params:  # the tied copies, last in the buffer, stay outside
-            self.buckets.append((bucket_start, offset - sum(p.numel() for p in self._late), bucket_params))
+        if bucket_params:  # the tied copies and the experts' shards, last in the buffer, stay outside
+            outside = sum(p.numel() for p in self._late) + sum(p.numel() for p in self._experts)
+            self.buckets.append((bucket_start, offset - outside, bucket_params))
         return counted
 
     def _on_grad(self, p: torch.Tensor) -> None:
@@ -124,6 +134,8 @@ class GradBuffer:
             late = [p.main_grad for p in self._late]
             collectives.all_reduce_grads(late, groups.embedding_group)
             collectives.all_reduce_grads(late, groups.dp_group)
+            if self._experts:  # every rank's tokens reached them: the sum over their copies is over all tokens
+                collectives.all_reduce_grads([p.main_grad for p in self._experts], groups.experts.edp_group)
         # sums commute: summing sequence-parallel gradients over tp after dp gives the same numbers
         collectives.all_reduce_grads(self._grads_of(lambda p: getattr(p, "sequence_parallel", False)), groups.tp_group)
         copies = max((getattr(p, "tp_copies", 1) for p in self.params), default=1)

@@ -35,16 +35,18 @@ def master_normal(key: str, shape: tuple[int, ...], std: float, seed: int) -> to
 
 
 def mark(*params: nn.Parameter, tensor_parallel: bool = False, sequence_parallel: bool = False,
-         shared: bool = False, copies: int = 1) -> None:
+         shared: bool = False, copies: int = 1, expert: bool = False) -> None:
     """Tag parameters for the optimizer: sharded over tp (count in every rank's norm), replicated but fed
     by a sequence shard (sum grads over tp), or a pipeline copy of a tied weight (count once). A tp shard
     held by `copies` neighbouring tp ranks (key/value heads when tp exceeds the query groups) has its
-    gradients summed over those ranks and counts once."""
+    gradients summed over those ranks and counts once. `expert`: a shard of the experts' grid (summed over
+    the expert dp group, counted over expert tp x ep; ProcessGroups.experts)."""
     for p in params:
         p.tensor_parallel = tensor_parallel
         p.sequence_parallel = sequence_parallel
         p.shared_copy = shared
         p.tp_copies = copies
+        p.expert_parallel = expert
 
 
 class ColumnParallelLinear(nn.Module):

@@ -20,6 +20,7 @@ from nlp_bench.train import collectives, layers
 from nlp_bench.train.config import GPTConfig
 from nlp_bench.train.layers import TensorParallel, mark
 from nlp_bench.train.moe import MoELayer
+from nlp_bench.train.process_groups import ExpertGroups
 from nlp_bench.train.rng import ParallelRNG, recompute
 
 
@@ -156,7 +157,8 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig, tp: TensorParallel, rng: ParallelRNG, index: int) -> None:
+    def __init__(self, cfg: GPTConfig, tp: TensorParallel, rng: ParallelRNG, index: int,
+                 grid: ExpertGroups | None = None) -> None:
         super().__init__()
         self.ln1 = Norm(cfg, tp)
         self.attn = Attention(cfg, tp, rng, index)
@@ -164,7 +166,7 @@ class Block(nn.Module):
         if cfg.moe is not None and cfg.moe.layers[index]:
             size = cfg.moe.shared_ffn_hidden_size
             shared = None if size is None else MLP(replace(cfg, ffn_hidden_size=size), tp, index, "shared_experts.")
-            self.mlp = MoELayer(cfg, tp, index, shared)
+            self.mlp = MoELayer(cfg, tp, index, shared, grid)
         else:
             self.mlp = MLP(cfg, tp, index)
         self.p = cfg.hidden_dropout
@@ -187,7 +189,7 @@ class GPTStage(nn.Module):
     and the output layer and loss (last stage)."""
 
     def __init__(self, cfg: GPTConfig, tp: TensorParallel, rng: ParallelRNG, first_layer: int, num_layers: int,
-                 pre_process: bool, post_process: bool) -> None:
+                 pre_process: bool, post_process: bool, grid: ExpertGroups | None = None) -> None:
         super().__init__()
         self.cfg, self.tp, self.rng = cfg, tp, rng
         self.pre_process, self.post_process = pre_process, post_process
@@ -197,12 +199,14 @@ class GPTStage(nn.Module):
             if cfg.position_embedding_type == "learned_absolute":
                 self.position = nn.Parameter(layers.master_normal("embedding.position",
                                                                   (cfg.max_position_embeddings, h), std, cfg.seed))
-                mark(self.position, sequence_parallel=tp.sequence_parallel)
+                # replicated, and not summed over tp under sequence parallelism: the scatter's backward
+                # (an all-gather) already hands every rank the gradient of every position
+                mark(self.position)
         if cfg.position_embedding_type == "rope":
             cos, sin = rope_tables(cfg.seq_length, h // cfg.num_attention_heads, cfg.rotary_base)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.blocks = nn.ModuleList(Block(cfg, tp, rng, first_layer + i) for i in range(num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, tp, rng, first_layer + i, grid) for i in range(num_layers))
         if post_process:
             self.final_ln = Norm(cfg, tp)
             if cfg.untie_embeddings:

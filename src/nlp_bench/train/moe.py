@@ -12,9 +12,18 @@ the routed tokens past it, lowest probability first (--moe-token-drop-policy pro
 (position); dropless when there is no factor or the capacity exceeds T.
 
 Every expert's weights are drawn whole under their own name, as the dense layers' are (layers.master_normal),
-so a later expert-parallel layout holds the same numbers as one rank. Under tensor parallelism (without
-sequence parallelism) every tp rank holds every expert whole and routes the same tokens, as the norms are
-replicated; pipeline stages need nothing more, the loss riding on the activations.
+and each rank keeps its part, so every layout holds the same numbers as one rank. Where the layout puts them:
+
+- tp ranks that see the same tokens (tp without sequence parallelism) hold every expert, whole (expert tp 1)
+  or split like a dense MLP (expert tp = tp: partial outputs summed over tp);
+- where each rank holds its own tokens (tp 1, or sequence parallelism), Megatron-core's expert grid
+  (spec.layout.expert_grid): ep ranks hold E / ep experts each, expert tp ranks split those experts'
+  matrices. Each rank pads its tokens into [E, slots, h] groups, slots agreed over expert tp x ep, sends
+  each ep rank its experts' groups by one all-to-all, all-gathers them over expert tp, runs its experts,
+  reduce-scatters over expert tp and sends the outputs back by a second all-to-all. Equal-sized exchanges
+  keep every collective one call on gloo and nccl alike; the padding costs memory linear in the tokens.
+
+Pipeline stages need nothing more: the loss rides on the activations.
 """
 
 from __future__ import annotations
@@ -27,8 +36,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from nlp_bench import kernels
+from nlp_bench.train import collectives as C
 from nlp_bench.train import layers
 from nlp_bench.train.config import GPTConfig, MoEConfig
+from nlp_bench.train.process_groups import ExpertGroups
 
 
 class _AuxLossScaler(torch.autograd.Function):
@@ -64,9 +75,13 @@ class Routing:
     balance: torch.Tensor | None
 
 
-def route(logits: torch.Tensor, topk: int, score_function: str = "softmax", aux_loss_coeff: float = 0.0) -> Routing:
+def route(logits: torch.Tensor, topk: int, score_function: str = "softmax", aux_loss_coeff: float = 0.0,
+          count_group=None) -> Routing:
     """Megatron-core's topk_routing_with_score_function (no pre-softmax, groups or bias) and its
-    switch_load_balancing_loss_func, on logits [T, E]."""
+    switch_load_balancing_loss_func, on logits [T, E]. `count_group`: the tp ranks that split one sequence
+    (sequence parallelism): the tokens per expert and the token count are theirs together, each rank's loss
+    holds its own tokens' probabilities, so the ranks' losses add up to the whole sequence's (as Megatron's
+    tp_cp reduction); the logged value is that sum on every rank."""
     tokens, experts = logits.shape
     if score_function == "softmax":
         top, index = torch.topk(logits, topk, dim=1)
@@ -81,9 +96,10 @@ def route(logits: torch.Tensor, topk: int, score_function: str = "softmax", aux_
     if aux_loss_coeff > 0:
         per_expert = torch.zeros(experts, device=logits.device).index_add_(
             0, index.flatten(), torch.ones(index.numel(), device=logits.device))
-        balance = (scores.sum(dim=0) * per_expert).sum() * (experts / (topk * tokens * tokens))
+        total = tokens * C.size(count_group)
+        balance = (scores.sum(dim=0) * C.all_reduce(per_expert, count_group)).sum() * (experts / (topk * total * total))
         aux = balance * aux_loss_coeff
-        balance = balance.detach()
+        balance = C.all_reduce(balance.detach().clone(), count_group)
     return Routing(index, probs.to(logits.dtype), aux, balance)
 
 
@@ -132,56 +148,86 @@ def dispatch(routing: Routing, num_experts: int, slots: int | None, drop_policy:
     return Dispatch(token, expert, slot, weight, slots, dropped)
 
 
-class GroupedExperts(nn.Module):
-    """E MLPs held as stacked weights [E, in, out], run together by two batched matrix products over each
-    expert's padded group of tokens."""
+@dataclass(frozen=True)
+class Share:
+    """The part of an MoE layer's experts a rank holds: experts [first, first + count), and slice `rank` of
+    `split` of each one's matrices (fc1 by output columns, fc2 by input rows, as a dense MLP under tp)."""
 
-    def __init__(self, cfg: GPTConfig, moe: MoEConfig, index: int) -> None:
+    first: int
+    count: int
+    split: int = 1
+    rank: int = 0
+
+
+class GroupedExperts(nn.Module):
+    """This rank's share of the E MLPs, held as stacked weights [experts, in, out] and run together by two
+    batched matrix products over each expert's padded group of tokens. Split matrices give partial sums:
+    the caller sums them over the split and then adds `bias2`."""
+
+    def __init__(self, cfg: GPTConfig, moe: MoEConfig, index: int, share: Share) -> None:
         super().__init__()
         self.swiglu, h, f = cfg.swiglu, cfg.hidden_size, moe.ffn_hidden_size
         std, seed, parts = cfg.init_method_std, cfg.seed, 2 if cfg.swiglu else 1
         out_std = layers.scaled_std(std, cfg.num_layers)
+        self.share = share
 
-        def stacked(name: str, shape: tuple[int, int], scale: float, pieces: int = 1) -> torch.Tensor:
+        def stacked(name: str, shape: tuple[int, int], scale: float, pieces: int = 1, dim: int = 0) -> torch.Tensor:
             per_expert = []
-            for e in range(moe.num_experts):
+            for e in range(share.first, share.first + share.count):
                 key = f"layers.{index}.experts.{e}.{name}"
-                per_expert.append(torch.cat([layers.master_normal(f"{key}.{i}" if pieces > 1 else key, shape,
-                                                                  scale, seed) for i in range(pieces)]).t())
+                per_expert.append(torch.cat([
+                    layers.master_normal(f"{key}.{i}" if pieces > 1 else key, shape, scale, seed)
+                    .chunk(share.split, dim=dim)[share.rank] for i in range(pieces)]).t())
             return torch.stack(per_expert).contiguous()
 
-        self.fc1 = nn.Parameter(stacked("fc1", (f, h), std, parts))  # [E, h, parts * f]
-        self.fc2 = nn.Parameter(stacked("fc2", (h, f), out_std))  # [E, f, h]
-        self.bias1 = nn.Parameter(torch.zeros(moe.num_experts, 1, parts * f)) if cfg.add_bias_linear else None
-        self.bias2 = nn.Parameter(torch.zeros(moe.num_experts, 1, h)) if cfg.add_bias_linear else None
-        layers.mark(*[p for p in (self.fc1, self.fc2, self.bias1, self.bias2) if p is not None])
+        self.fc1 = nn.Parameter(stacked("fc1", (f, h), std, parts))  # [experts, h, parts * f / split]
+        self.fc2 = nn.Parameter(stacked("fc2", (h, f), out_std, dim=1))  # [experts, f / split, h]
+        width = self.fc1.shape[-1]
+        self.bias1 = nn.Parameter(torch.zeros(share.count, 1, width)) if cfg.add_bias_linear else None
+        self.bias2 = nn.Parameter(torch.zeros(share.count, 1, h)) if cfg.add_bias_linear else None
 
     def activation(self, y: torch.Tensor) -> torch.Tensor:
         return kernels.swiglu(y) if self.swiglu else F.gelu(y, approximate="tanh")
 
     def forward(self, groups: torch.Tensor) -> torch.Tensor:
-        """[E, slots, h] -> [E, slots, h]: every expert's group through its MLP (padding rows stay
-        padding: nothing reads them)."""
+        """[experts, slots, h] -> [experts, slots, h]: every expert's group through its MLP, without the
+        output bias where the matrices are split (padding rows stay padding: nothing reads them)."""
         y = torch.bmm(groups, self.fc1) if self.bias1 is None else torch.baddbmm(self.bias1, groups, self.fc1)
-        y = self.activation(y)
-        return torch.bmm(y, self.fc2) if self.bias2 is None else torch.baddbmm(self.bias2, y, self.fc2)
+        y = torch.bmm(self.activation(y), self.fc2)
+        return y if self.bias2 is None or self.share.split > 1 else y + self.bias2
 
 
 class MoELayer(nn.Module):
     """Router, dispatch, grouped experts, combine; plus the shared experts (a dense MLP `shared` every token
     passes through), as Megatron's MoELayer. `dropped` and `balance` hold what the last forward passes
-    dropped and logged, for the trainer's line."""
+    dropped and logged, for the trainer's line. `grid`: the experts' grid where the layout has expert
+    parallelism or expert tp (ProcessGroups.experts)."""
 
-    def __init__(self, cfg: GPTConfig, tp: layers.TensorParallel, index: int, shared: nn.Module | None = None) -> None:
+    def __init__(self, cfg: GPTConfig, tp: layers.TensorParallel, index: int, shared: nn.Module | None = None,
+                 grid: ExpertGroups | None = None) -> None:
         super().__init__()
         assert cfg.moe is not None
-        self.moe = cfg.moe
-        self.router = nn.Parameter(layers.master_normal(f"layers.{index}.router",
-                                                        (cfg.moe.num_experts, cfg.hidden_size),
+        self.moe, self.tp, self.shared = cfg.moe, tp, shared
+        experts = cfg.moe.num_experts
+        self.router = nn.Parameter(layers.master_normal(f"layers.{index}.router", (experts, cfg.hidden_size),
                                                         cfg.init_method_std, cfg.seed))
         layers.mark(self.router, sequence_parallel=tp.sequence_parallel)
-        self.experts = GroupedExperts(cfg, cfg.moe, index)
-        self.shared = shared
+        #: each tp rank routes its own tokens (sequence parallelism): the exchange runs; else tp ranks share them
+        self.own_tokens = tp.size == 1 or tp.sequence_parallel
+        self.grid = grid if self.own_tokens else None
+        if self.grid is not None:
+            per_rank = experts // grid.ep
+            share = Share(grid.ep_rank * per_rank, per_rank, grid.etp, grid.etp_rank)
+        else:  # tp ranks with the same tokens: every expert, whole or split over tp (expert tp = tp)
+            share = Share(0, experts, *((tp.size, tp.rank) if grid is not None else (1, 0)))
+        self.experts = GroupedExperts(cfg, cfg.moe, index, share)
+        params = list(self.experts.parameters())
+        if share.split == tp.size > 1 and share.count == experts:  # held like a dense MLP's shards
+            layers.mark(*params, tensor_parallel=True)
+        elif share.split > 1 or share.count < experts:
+            layers.mark(*params, expert=True)
+        else:
+            layers.mark(*params, sequence_parallel=tp.sequence_parallel)
         self.balance: list[torch.Tensor] = []
         self.dropped = 0
 
@@ -190,12 +236,16 @@ class MoELayer(nn.Module):
         flat = x.reshape(-1, shape[-1])
         m = self.moe
         coeff = m.aux_loss_coeff if self.training and torch.is_grad_enabled() else 0.0
-        routing = route(F.linear(flat, self.router), m.topk, m.score_function, coeff)
-        plan = dispatch(routing, m.num_experts, capacity(flat.shape[0], m.num_experts, m.topk, m.capacity_factor),
-                        m.drop_policy)
-        groups = flat.new_zeros(m.num_experts, plan.slots, shape[-1])
+        count_group = self.tp.group if self.tp.sequence_parallel else None
+        routing = route(F.linear(flat, self.router), m.topk, m.score_function, coeff, count_group)
+        slots = capacity(flat.shape[0], m.num_experts, m.topk, m.capacity_factor)
+        plan = dispatch(routing, m.num_experts, slots, m.drop_policy)
+        rows = plan.slots
+        if self.grid is not None and slots is None:  # dropless: every rank pads to the longest group
+            rows = int(C.all_reduce(torch.tensor([rows], device=flat.device), self.grid.tp_ep_group, "max").item())
+        groups = flat.new_zeros(m.num_experts, rows, shape[-1])
         groups[plan.expert, plan.slot] = flat[plan.token]
-        out = self.experts(groups)[plan.expert, plan.slot] * plan.weight.unsqueeze(-1)
+        out = self._run(groups)[plan.expert, plan.slot] * plan.weight.unsqueeze(-1)
         y = torch.zeros_like(flat).index_add_(0, plan.token, out.to(flat.dtype)).view(shape)
         if self.shared is not None:
             y = y + self.shared(x)
@@ -205,6 +255,28 @@ class MoELayer(nn.Module):
             self.balance.append(routing.balance)
             y = _AuxLossScaler.apply(y, routing.aux_loss)
         return y
+
+    def _run(self, groups: torch.Tensor) -> torch.Tensor:
+        """[E, slots, h] of this rank's tokens -> their experts' outputs, wherever the experts are."""
+        experts, bias2 = self.experts, self.experts.bias2
+        split = experts.share.split > 1
+        if self.grid is None:
+            if not split:
+                return experts(groups)
+            out = C.reduce_from_group(experts(C.copy_to_group(groups, self.tp.group)), self.tp.group)
+            return out if bias2 is None else out + bias2
+        grid, (count, rows, h) = self.grid, (experts.share.count, groups.shape[1], groups.shape[2])
+        # [ep, mine, rows, h]: chunk j holds ep rank j's experts' groups; back from each rank, its tokens' groups
+        work = C.all_to_all(groups.reshape(grid.ep, count, rows, h), grid.ep_group).transpose(0, 1)
+        work = work.reshape(count, grid.ep * rows, h)
+        if split:
+            work = C.gather_sequence(work.transpose(0, 1).contiguous(), grid.etp_group).transpose(0, 1)
+        out = experts(work)
+        if split:
+            out = C.reduce_scatter_sequence(out.transpose(0, 1).contiguous(), grid.etp_group).transpose(0, 1)
+            out = out if bias2 is None else out + bias2
+        out = out.reshape(count, grid.ep, rows, h).transpose(0, 1).contiguous()
+        return C.all_to_all(out, grid.ep_group).reshape(groups.shape)
 
 
 def drain(model: nn.Module) -> tuple[float, int, int]:

@@ -97,6 +97,10 @@ class FlatAdam:
         if buffer.shards > 1:
             collectives.all_reduce(sq, groups.dp_group)
         collectives.all_reduce(sq, groups.tp_group)
+        experts = buffer.grad_shard[buffer.expert_range]
+        if experts.numel():  # one whole copy of every expert lies over expert tp x ep
+            sq = sq + collectives.all_reduce(torch.linalg.vector_norm(experts).to(dtype).square().reshape(1),
+                                             groups.experts.tp_ep_group)
         collectives.all_reduce(sq, groups.pp_group)
         return sq
 

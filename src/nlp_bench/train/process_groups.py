@@ -14,7 +14,24 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from nlp_bench.spec.layout import data_parallel_size, grid_rank
+from nlp_bench.spec.layout import data_parallel_size, expert_grid, grid_rank
+
+
+@dataclass
+class ExpertGroups:
+    """This rank's place in the experts' grid (spec.layout.expert_grid): which experts it holds (ep rank),
+    which slice of their matrices (expert tp rank), and the groups the dispatch and the gradients use."""
+
+    ep: int
+    etp: int
+    ep_rank: int
+    etp_rank: int
+    ep_group: dist.ProcessGroup | None
+    etp_group: dist.ProcessGroup | None
+    #: expert tp x ep: one whole copy of every expert (the dispatch agrees on its group size here)
+    tp_ep_group: dist.ProcessGroup | None
+    #: the ranks holding the same expert shard: the experts' gradients are summed over them
+    edp_group: dist.ProcessGroup | None
 
 
 @dataclass
@@ -35,6 +52,8 @@ class ProcessGroups:
     #: every rank, and this rank's dp group, for CPU tensors (see the module's docstring)
     host: dist.ProcessGroup | None = None
     host_dp: dist.ProcessGroup | None = None
+    #: the experts' grid of an MoE model with expert parallelism or expert tp; None otherwise
+    experts: ExpertGroups | None = None
 
     @property
     def is_first_stage(self) -> bool:
@@ -55,9 +74,11 @@ class ProcessGroups:
 
 
 
-def build_process_groups(tp: int, pp: int, host_backend: str | None = None) -> ProcessGroups:
+def build_process_groups(tp: int, pp: int, host_backend: str | None = None, ep: int = 1,
+                         etp: int = 1) -> ProcessGroups:
     """Create all groups (every rank must create every group, in the same order) and keep its own;
-    `host_backend` ("gloo" on xla) makes the groups for CPU tensors apart from the others."""
+    `host_backend` ("gloo" on xla) makes the groups for CPU tensors apart from the others. `ep` and `etp`
+    above 1 add the experts' grid."""
     world, rank = dist.get_world_size(), dist.get_rank()  # the trainer checked the layout (spec.layout)
     dp = data_parallel_size(world, tp, pp)
     tp_rank, rest = rank % tp, rank // tp
@@ -79,4 +100,16 @@ def build_process_groups(tp: int, pp: int, host_backend: str | None = None) -> P
                 mine[name] = group
     host = dist.group.WORLD if host_backend is None else dist.new_group(backend=host_backend)
     return ProcessGroups(world, rank, tp, pp, dp, tp_rank, dp_rank, pp_rank, mine["tp"], mine["dp"], mine["pp"],
-                         mine["embedding"], host=host, host_dp=mine.get("host_dp", mine["dp"]))
+                         mine["embedding"], host=host, host_dp=mine.get("host_dp", mine["dp"]),
+                         experts=_expert_groups(world, rank, pp, ep, etp) if ep > 1 or etp > 1 else None)
+
+
+def _expert_groups(world: int, rank: int, pp: int, ep: int, etp: int) -> ExpertGroups:
+    mine: dict[str, tuple[list[int], dist.ProcessGroup]] = {}
+    for name, members in expert_grid(world, pp, etp, ep).items():
+        for ranks in members:
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                mine[name] = ranks, group
+    return ExpertGroups(ep, etp, mine["ep"][0].index(rank), mine["etp"][0].index(rank), mine["ep"][1],
+                        mine["etp"][1], mine["tp_ep"][1], mine["edp"][1])

@@ -147,7 +147,8 @@ def build_model(config: TrainConfig, groups: ProcessGroups, device: torch.device
     model = ModelChunks()
     for c in range(chunks):
         index = c * groups.pp + groups.pp_rank
-        model.append(GPTStage(cfg, tp, rng, index * per_chunk, per_chunk, index == 0, index == virtual_stages(groups.pp, chunks) - 1))
+        model.append(GPTStage(cfg, tp, rng, index * per_chunk, per_chunk, index == 0,
+                              index == virtual_stages(groups.pp, chunks) - 1, groups.experts))
     return model.to(device=device, dtype=dtype), rng
 
 
@@ -355,7 +356,8 @@ def _introduce(config: TrainConfig, groups: ProcessGroups, device: torch.device,
             f"{m.ffn_hidden_size}, shared ffn {m.shared_ffn_hidden_size or 'none'}, MoE layers "
             f"{[i for i, on_ in enumerate(m.layers) if on_]}, aux loss coefficient {m.aux_loss_coeff}, "
             + ("dropless" if m.capacity_factor is None else f"capacity factor {m.capacity_factor} "
-               f"(drop by {m.drop_policy})"))
+               f"(drop by {m.drop_policy})") + f"; expert parallel {config.parallel.ep}, expert tp "
+            f"{config.parallel.etp}")
     attention = ("scaled_dot_product_attention" if on.masked_softmax_fusion
                  else "unfused (--no-masked-softmax-fusion)")
     say_once(groups, f"{kernels.describe()}; attention {attention}")
@@ -395,7 +397,8 @@ def setup(config: TrainConfig) -> Trainer:
         xla = XlaRuntime()  # torch_xla missing: one line, here
     device = init_distributed(config.parallel.backend, xla)
     groups = build_process_groups(config.parallel.tp, config.parallel.pp,
-                                  host_backend="gloo" if device.type in ("xla", "neuron") else None)
+                                  host_backend="gloo" if device.type in ("xla", "neuron") else None,
+                                  ep=config.parallel.ep, etp=config.parallel.etp)
     torch.manual_seed(config.model.seed + 100 * groups.pp_rank)
     if xla is not None:
         xla.seed(config.model.seed + 100 * groups.pp_rank)

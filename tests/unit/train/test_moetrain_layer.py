@@ -153,8 +153,8 @@ def test_megatron_moe_flags_and_defaults():
 
 
 @pytest.mark.parametrize("flags,says", [
-    (["--expert-model-parallel-size", "2"], "--expert-model-parallel-size 2: expert parallelism is not built"),
-    (["--expert-tensor-parallel-size", "2"], "--expert-tensor-parallel-size 2: expert parallelism is not built"),
+    (["--expert-model-parallel-size", "0"], "--expert-model-parallel-size must be at least 1"),
+    (["--expert-tensor-parallel-size", "3"], "--expert-tensor-parallel-size 3 must divide each expert's FFN size"),
     (["--moe-router-topk", "5"], "--moe-router-topk 5"),
     (["--moe-layer-freq", "[1]*3"], "the pattern has 3 layers"),
     (["--moe-layer-freq", "__import__('os')"], "neither an integer nor a list pattern"),
@@ -172,10 +172,23 @@ def test_full_recompute_with_experts_is_refused_in_one_line():
         build_config(args, 1)
 
 
-def test_experts_with_sequence_parallelism_are_refused_in_one_line():
-    args = parse_args(BASE + ["--num-experts", "4", "--tensor-model-parallel-size", "2", "--sequence-parallel"])
-    with pytest.raises(UsageError, match="--num-experts with --sequence-parallel is not built yet"):
-        build_config(args, 2)
+@pytest.mark.parametrize("flags,world,says", [
+    (["--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2"], 4,
+     "expert parallelism (ep 2, expert tp 2) with --tensor-model-parallel-size 2 needs --sequence-parallel"),
+    (["--expert-model-parallel-size", "2", "--use-distributed-optimizer"], 2,
+     "--use-distributed-optimizer with expert parallelism (ep 2, expert tp 1) is not built yet"),
+    (["--expert-tensor-parallel-size", "2", "--save", "ckpt"], 2,
+     "--save with expert parallelism (ep 1, expert tp 2) is not built yet"),
+    (["--expert-model-parallel-size", "3"], 3, "ep 3 must divide the 4 experts"),
+    (["--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "2"], 2,
+     "expert tp 2 x ep 2 x pp 1 does not divide the 2"),
+])
+def test_expert_layouts_the_trainer_cannot_run_are_refused_in_one_line(flags, world, says):
+    """Before any process group: the expert grid's rules, and what the expert grid does not reach yet."""
+    args = parse_args(BASE + ["--num-experts", "4", *flags])
+    with pytest.raises(UsageError) as exc:
+        build_config(args, world)
+    assert says in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_moe_only_flags_need_experts():
