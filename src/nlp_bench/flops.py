@@ -89,8 +89,16 @@ def megatron_model_flops(shape: Shape) -> float:
 def _megatron_moe_flops(shape: Shape) -> float:
     """The same count for experts, latent attention, a head size other than h/n and multi-token prediction,
     as Megatron-LM 0.20 counts them: a layer with experts counts its top-k routed experts and its shared
-    experts (the router's own GEMM is not counted); each MTP module counts one more layer (with experts where
-    the last layer has them), its norms and 2h -> h projection, and one more logits GEMM."""
+    experts, the active parameters' GEMMs (the router's own GEMM is not counted); each MTP module counts one
+    more layer (with experts where the last layer has them), its norms and 2h -> h projection, and one more
+    logits GEMM.
+
+    Left out, as Megatron-LM leaves them out (tests/unit/test_flops_moe_*.py check both against its function
+    and against torch's FLOP counter on the trainer's model): the router's h x E GEMM (6 T h E per MoE layer);
+    the rows by which a grouped GEMM pads each expert to the fullest one's tokens, and the tokens a capacity
+    factor drops (every token counts its top-k experts); sliding windows (gpt-oss's windowed layers count as
+    full causal attention) and attention sinks; and, as for dense models, the causal half of attention, norms,
+    softmax, activations, rotary embeddings and the aux loss."""
     b, s, h, v, f = shape.global_batch, shape.seq_length, shape.hidden, shape.vocab_padded, 3 if shape.swiglu else 2
     mtp = shape.mtp_layers
     moe_layers = shape.moe_layers + (mtp if shape.mtp_moe else 0)
