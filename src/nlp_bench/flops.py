@@ -136,6 +136,16 @@ FORMULAS = {
                     "num_floating_point_operations: query groups g of n heads, causal attention halved, no "
                     "recompute term)",
 }
+#: the same count for a model with experts, whose MFU counts the active parameters' FLOPs only (q = n*d query
+#: columns, attn = h*(q + 2*d*g) + q*h; k routed experts of width ffn_e and shared experts of width ffn_s on
+#: each of the L_moe layers with experts)
+MOE_FORMULA = ("6*B*s*(L*attn + L_dense*f*h*ffn + L_moe*f*h*(k*ffn_e + ffn_s) + h*V) + 6*B*s^2*q*L per iteration "
+               "(Megatron-LM core_v0.20.0 num_floating_point_operations; latent attention and MTP modules as it "
+               "counts them)")
+#: what the MFU of a model with experts counts, in the words the table and the report use beside such points
+MOE_MFU_BASIS = ("active parameters only (each token's top-k routed experts and the shared experts; not the "
+                 "router's GEMM), causal attention halved, as Megatron-LM core_v0.20.0's "
+                 "num_floating_point_operations counts them")
 
 
 def tflops_per_device(flops_per_iteration: float, iteration_time_s: float, devices: int) -> float:

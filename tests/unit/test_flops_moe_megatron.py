@@ -104,3 +104,20 @@ def test_neither_counts_the_routers_gemm(unpacked):
     ours = [flops.megatron_model_flops(m.flops_shape(BATCH, 151936)) for m in (few, many)]
     assert theirs[0] == theirs[1] and ours[0] == ours[1] == pytest.approx(theirs[0], rel=1e-12)
     assert "router" in flops.megatron_model_flops.__doc__ + flops._megatron_moe_flops.__doc__
+
+
+def test_the_moe_formula_as_the_report_writes_it_is_the_count():
+    """flops.MOE_FORMULA, symbol by symbol, for a model with grouped queries, its own head size, dense first
+    layers and shared experts (no latent attention or MTP, which it names only)."""
+    model = replace(get_model("qwen3-30b-a3b"), moe=replace(get_model("qwen3-30b-a3b").moe, first_k_dense=2,
+                                                             shared_expert_intermediate_size=512))
+    B, s, L, h, V, f = 8, model.seq_length, model.num_layers, model.hidden_size, 151936, 3
+    n, g, d, e = model.num_attention_heads, model.query_groups, model.head_dim, model.moe
+    q = n * d
+    attn = h * (q + 2 * d * g) + q * h
+    L_moe = sum(e.layer_pattern(L))
+    written = (6 * B * s * (L * attn + (L - L_moe) * f * h * model.ffn_hidden_size
+                            + L_moe * f * h * (e.router_topk * e.ffn_hidden_size + e.shared_expert_intermediate_size)
+                            + h * V) + 6 * B * s ** 2 * q * L)
+    assert "6*B*s*(L*attn + L_dense*f*h*ffn + L_moe*f*h*(k*ffn_e + ffn_s) + h*V) + 6*B*s^2*q*L" in flops.MOE_FORMULA
+    assert flops.megatron_model_flops(model.flops_shape(B, V)) == pytest.approx(written, rel=1e-12)
