@@ -19,20 +19,8 @@ from nlp_bench import flops
 from nlp_bench.spec.layout import Layout
 from nlp_bench.spec.models import get_model
 
-BENCHMARK = """name: b
-tags:
-  moe:
-    model: moe-tiny
-    system: local
-    nodes: 1
-    tp: 1
-    pp: 1
-    mbs: 2
-    gas: 2
-    train: {train-iters: 40, lr: 0.001, mock-data: true}
-  dense:
-    model: llama-tiny
-    system: local
+#: each tag one CPU node of two ranks, tp 1, pp 1: moe-tiny (ep 2 written into its point.json) and llama-tiny
+TAG = """    system: local
     nodes: 1
     tp: 1
     pp: 1
@@ -40,6 +28,8 @@ tags:
     gas: 2
     train: {train-iters: 40, lr: 0.001, mock-data: true}
 """
+BENCHMARK = "name: b\ntags:\n" + "".join(f"  {tag}:\n    model: {model}\n{TAG}"
+                                          for tag, model in (("moe", "moe-tiny"), ("dense", "llama-tiny")))
 
 
 def _run(bench, results: Path, tmp_path: Path, tag: str) -> Path:
