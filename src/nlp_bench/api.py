@@ -4,8 +4,8 @@
     frame = load_results("results")            # every run
     frame = load_results("results", ["20261122-1200"])   # some runs (ids, prefixes or folders)
 
-The columns are the result table's (the JUPITER JUBE columns, then DP, MBS, GAS, MFU, state,
-failure_class, run, point) with nullable dtypes; a point's log is analysed on the way if it has not been.
+The columns are the result table's (the JUPITER JUBE columns, then DP, MBS, GAS, EP, MFU, the active and
+total parameters of a model with experts, state, failure_class, run, point) with nullable dtypes; a point's log is analysed on the way if it has not been.
 """
 
 from __future__ import annotations

@@ -89,8 +89,16 @@ def megatron_model_flops(shape: Shape) -> float:
 def _megatron_moe_flops(shape: Shape) -> float:
     """The same count for experts, latent attention, a head size other than h/n and multi-token prediction,
     as Megatron-LM 0.20 counts them: a layer with experts counts its top-k routed experts and its shared
-    experts (the router's own GEMM is not counted); each MTP module counts one more layer (with experts where
-    the last layer has them), its norms and 2h -> h projection, and one more logits GEMM."""
+    experts, the active parameters' GEMMs (the router's own GEMM is not counted); each MTP module counts one
+    more layer (with experts where the last layer has them), its norms and 2h -> h projection, and one more
+    logits GEMM.
+
+    Left out, as Megatron-LM leaves them out (tests/unit/test_flops_moe_*.py check both against its function
+    and against torch's FLOP counter on the trainer's model): the router's h x E GEMM (6 T h E per MoE layer);
+    the rows by which a grouped GEMM pads each expert to the fullest one's tokens, and the tokens a capacity
+    factor drops (every token counts its top-k experts); sliding windows (gpt-oss's windowed layers count as
+    full causal attention) and attention sinks; and, as for dense models, the causal half of attention, norms,
+    softmax, activations, rotary embeddings and the aux loss."""
     b, s, h, v, f = shape.global_batch, shape.seq_length, shape.hidden, shape.vocab_padded, 3 if shape.swiglu else 2
     mtp = shape.mtp_layers
     moe_layers = shape.moe_layers + (mtp if shape.mtp_moe else 0)
@@ -128,6 +136,16 @@ FORMULAS = {
                     "num_floating_point_operations: query groups g of n heads, causal attention halved, no "
                     "recompute term)",
 }
+#: the same count for a model with experts, whose MFU counts the active parameters' FLOPs only (q = n*d query
+#: columns, attn = h*(q + 2*d*g) + q*h; k routed experts of width ffn_e and shared experts of width ffn_s on
+#: each of the L_moe layers with experts)
+MOE_FORMULA = ("6*B*s*(L*attn + L_dense*f*h*ffn + L_moe*f*h*(k*ffn_e + ffn_s) + h*V) + 6*B*s^2*q*L per iteration "
+               "(Megatron-LM core_v0.20.0 num_floating_point_operations; latent attention and MTP modules as it "
+               "counts them)")
+#: what the MFU of a model with experts counts, in the words the table and the report use beside such points
+MOE_MFU_BASIS = ("active parameters only (each token's top-k routed experts and the shared experts; not the "
+                 "router's GEMM), causal attention halved, as Megatron-LM core_v0.20.0's "
+                 "num_floating_point_operations counts them")
 
 
 def tflops_per_device(flops_per_iteration: float, iteration_time_s: float, devices: int) -> float:

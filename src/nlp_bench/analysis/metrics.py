@@ -51,14 +51,19 @@ class Summary:
         return asdict(self)
 
 
-def mfu_basis(system: str, system_info: dict) -> tuple[dict | None, str | None]:
+def mfu_basis(system: str, system_info: dict, shape: flops.Shape | None = None) -> tuple[dict | None, str | None]:
     """The peak an MFU divides by, named, or why the system gives none: an MFU against a guessed peak (an
-    unknown GPU taken for an A100, a sparse figure taken for a dense one) reads as 100%+ or as half the truth."""
+    unknown GPU taken for an A100, a sparse figure taken for a dense one) reads as 100%+ or as half the truth.
+    A model with experts (`shape`) says its FLOPs count the active parameters only: its MFU is not comparable
+    with one over all its parameters."""
     peak = system_info.get("peak_tflops")
     device = system_info.get("device_name") or system_info.get("device") or "?"
     if not peak:
         return None, f"no MFU: system profile {system} gives no peak_tflops for its device ({device})"
-    return {"flops": flops.MEGATRON_MODEL, "formula": flops.FORMULAS[flops.MEGATRON_MODEL], "peak_tflops": peak,
+    experts = shape is not None and shape.moe_layers > 0
+    counts = {"formula": flops.MOE_FORMULA, "parameters": "active", "counts": flops.MOE_MFU_BASIS} if experts \
+        else {"formula": flops.FORMULAS[flops.MEGATRON_MODEL]}
+    return {"flops": flops.MEGATRON_MODEL, **counts, "peak_tflops": peak,
             "device": device, "precision": system_info.get("peak_precision", "bf16"), "dense": True,
             "source": system_info.get("peak_source") or f"system profile {system} (no source recorded)"}, None
 

@@ -21,11 +21,13 @@ from nlp_bench.store.point_folder import PointDir, sha256
 from nlp_bench.store.records import Attempt, PointRecord, now_iso
 from nlp_bench.store.runs import Run
 
-#: The JUPITER JUBE result columns, then what users need beyond them.
+#: The JUPITER JUBE result columns, then what users need beyond them. EP, Active_Params and Total_Params are a
+#: mixture-of-experts model's (empty on a dense one): its expert parallelism and the parameters a token passes
+#: (what its MFU counts) beside all of them.
 RESULT_COLUMNS = [
     "system", "version", "queue", "JobID", "Job_Time", "Model_Size", "Nodes", "Batch_Size", "Pipeline_Parallel",
     "Tensor_Parallel", "Iterations", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds",
-    "DP", "MBS", "GAS", "MFU", "Predicted_Tokens/sec", "Predicted/Measured", "Extrapolated", "state", "failure_class",
+    "DP", "MBS", "GAS", "EP", "MFU", "Active_Params", "Total_Params", "Predicted_Tokens/sec", "Predicted/Measured", "Extrapolated", "state", "failure_class",
     "run", "point", "trainer", "trainer_version", "Joules/token", "Report_kWh", "XLA_Graphs/step", "XLA_Compiles",
 ]
 
@@ -78,8 +80,9 @@ def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None 
     except parsers.ParseError:
         parsed = parsers.Parsed(None, [])
     records, seq_length = parsed.records, point.seq_length
-    basis, note = metrics.mfu_basis(point.system, point.system_info)
-    summary = metrics.summarise(records, seq_length, point.global_batch_size, shape_of(point),
+    shape = shape_of(point)
+    basis, note = metrics.mfu_basis(point.system, point.system_info, shape)
+    summary = metrics.summarise(records, seq_length, point.global_batch_size, shape,
                                 point.layout["world"], basis and basis["peak_tflops"])
     if summary is not None:
         summary.mfu_basis, summary.mfu_note = basis, note
@@ -239,7 +242,7 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "Tensor_Parallel": lay["tp"], "Iterations": summary.get("iterations"),
         "Avg_TFLOPs/GPU": summary.get("avg_tflops_per_gpu"), "Tokens/sec": summary.get("tokens_per_s"),
         "time_to_report_in_seconds": summary.get("time_to_report_s"),
-        "DP": lay["dp"], "MBS": lay["mbs"], "GAS": lay["gas"], "MFU": summary.get("mfu"),
+        "DP": lay["dp"], "MBS": lay["mbs"], "GAS": lay["gas"], "MFU": summary.get("mfu"), **_experts(point),
         "Joules/token": (result.get("energy") or {}).get("joules_per_token"),
         "Report_kWh": (result.get("energy") or {}).get("report_kwh"),
         "Predicted_Tokens/sec": predicted,
@@ -253,6 +256,20 @@ def point_row(point_dir: Path, version: str | None, run_id: str, result: dict[st
         "XLA_Graphs/step": (result.get("xla") or {}).get("graph_executions_per_step"),
         "XLA_Compiles": (result.get("xla") or {}).get("compiles"),
     }
+
+
+#: the columns only a model with experts fills, and old exports lack
+MOE_COLUMNS = ("EP", "Active_Params", "Total_Params")
+
+
+def _experts(point: PointRecord) -> dict[str, int | None]:
+    """EP, Active_Params and Total_Params of a point whose model has experts (with the padded vocabulary it
+    trains, the input embedding counted); empty for a dense one, whose row stays as it was."""
+    if not point.model.get("moe"):
+        return dict.fromkeys(MOE_COLUMNS)
+    model, vocab = from_record(point.model, point.train), point.model["vocab_padded"]
+    return {"EP": point.layout.get("ep", 1), "Active_Params": model.active_parameters(vocab),
+            "Total_Params": model.total_parameters(vocab)}
 
 
 def doubts(point_dir: Path, attempt: Attempt | None, unread: list[str]) -> list[str]:
@@ -344,7 +361,8 @@ def analysed_points(run: Run, problems: Problems | None = None,
 
 #: Each column's pandas dtype (nullable: a point that has not run has no numbers), so that every
 #: export reads back into the same DataFrame.
-_INTEGER = {"Nodes", "Batch_Size", "Pipeline_Parallel", "Tensor_Parallel", "Iterations", "DP", "MBS", "GAS"}
+_INTEGER = {"Nodes", "Batch_Size", "Pipeline_Parallel", "Tensor_Parallel", "Iterations", "DP", "MBS", "GAS",
+            *MOE_COLUMNS}
 _FLOAT = {"Job_Time", "Model_Size", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report_in_seconds", "MFU",
           "Joules/token", "Report_kWh",
           "Predicted_Tokens/sec", "Predicted/Measured"}
@@ -362,12 +380,12 @@ def typed(frame):
     """A result frame with the published columns and dtypes (what an export is read back into)."""
     import pandas as pd
 
-    missing = [c for c in RESULT_COLUMNS if c not in frame.columns]
+    missing = [c for c in RESULT_COLUMNS if c not in frame.columns and c not in MOE_COLUMNS]
     if missing:
         from nlp_bench.errors import ResultError
 
         raise ResultError(f"not a result table: columns {', '.join(missing)} are missing")
-    frame = frame[RESULT_COLUMNS].copy()
+    frame = frame.reindex(columns=RESULT_COLUMNS)  # an export from before MOE_COLUMNS: empty there
     for column, dtype in COLUMN_DTYPES.items():
         if dtype == "string":
             frame[column] = frame[column].map(lambda v: None if pd.isna(v) else str(v)).astype("string")

@@ -13,7 +13,7 @@ from typing import Any
 from nlp_bench import __version__, flops
 from nlp_bench.analysis.metrics import warmup_decided
 from nlp_bench.analysis.reference import compare
-from nlp_bench.analysis.results import RESULT_COLUMNS
+from nlp_bench.analysis.results import MOE_COLUMNS, RESULT_COLUMNS
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import write_text_atomic
 from nlp_bench.report import compare as comparison_table
@@ -52,6 +52,11 @@ def _bases(results: dict[tuple[str, str], dict]) -> tuple[list[str], list[str]]:
         if found.get("source") or found.get("reason"):
             energy.add(found.get("source") or f"none ({found['reason']})")
     return sorted(mfu), sorted(energy)
+
+
+def _with_experts(rows: list[dict[str, Any]]) -> list[str]:
+    """The points whose model has experts (their MFU counts the active parameters only)."""
+    return [row["point"] for row in rows if row.get(MOE_COLUMNS[1]) is not None]
 
 
 def _steady_rows(results: dict[tuple[str, str], dict]) -> list[dict[str, Any]]:
@@ -99,7 +104,8 @@ def write_report(path: Path, title: str, rows: list[dict[str, Any]], results: di
     cells = [{c: format_cell(c, r.get(c)) for c in RESULT_COLUMNS} for r in rows]
     html = env.get_template("report.html.j2").render(
         title=title, headline=headline(rows, results), bases=_bases(results),
-        mfu_formula=flops.FORMULAS[flops.MEGATRON_MODEL], generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
+        mfu_formula=flops.FORMULAS[flops.MEGATRON_MODEL], moe_points=_with_experts(rows),
+        moe_formula=flops.MOE_FORMULA, moe_basis=flops.MOE_MFU_BASIS, generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), version=__version__,
         table=table_columns(cells), rows=cells, text_columns=_TEXT, unmatched=unmatched, short=_SHORT,
         comparison_columns=comparison_table.COMPARISON_COLUMNS,
         comparison=[{c: comparison_table.comparison_cell(c, r[c]) for c in comparison_table.COMPARISON_COLUMNS} for r in comparison],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nlp_bench.analysis.results import RESULT_COLUMNS
+from nlp_bench.analysis.results import MOE_COLUMNS, RESULT_COLUMNS
 
 #: what each point measured (and the point itself): kept in the table even where every point has the same
 #: value, so that a report of one point still shows its figures as a table
@@ -17,7 +17,7 @@ MEASURED = ("point", "Job_Time", "Avg_TFLOPs/GPU", "Tokens/sec", "time_to_report
             "Predicted_Tokens/sec", "Predicted/Measured", "Joules/token", "Report_kWh", "XLA_Graphs/step",
             "XLA_Compiles")
 #: what a run fixes for all its points where it fixes it: said per run when every run holds one value
-RUN_WIDE = ("system", "version", "queue", "Model_Size", "trainer", "trainer_version")
+RUN_WIDE = ("system", "version", "queue", "Model_Size", "Active_Params", "Total_Params", "trainer", "trainer_version")
 #: what the table shows where no point has a value
 NO_VALUE = "-"
 
@@ -36,6 +36,8 @@ class TableColumns:
 def table_columns(rows: list[dict[str, str]]) -> TableColumns:
     """The split of RESULT_COLUMNS for these rows, each a point's cells as the table shows them."""
     empty = [c for c in RESULT_COLUMNS if all(row[c] == NO_VALUE for row in rows)]
+    # a report without a model with experts does not name the experts' columns as empty: they do not apply
+    absent = set(MOE_COLUMNS) if all(row[MOE_COLUMNS[1]] == NO_VALUE for row in rows) else set()
     same = [c for c in RESULT_COLUMNS if c not in empty and c not in MEASURED and len({row[c] for row in rows}) == 1]
     runs: dict[str, list[dict[str, str]]] = {}
     for row in rows:
@@ -44,4 +46,5 @@ def table_columns(rows: list[dict[str, str]]) -> TableColumns:
                and all(len({row[c] for row in group}) == 1 for group in runs.values())]
     by_run = {run: [(c, group[0][c]) for c in per_run] for run, group in runs.items()} if per_run else {}
     return TableColumns(shown=[c for c in RESULT_COLUMNS if c not in {*empty, *same, *per_run}],
-                        same=[(c, rows[0][c]) for c in same], by_run=by_run, empty=empty)
+                        same=[(c, rows[0][c]) for c in same], by_run=by_run,
+                        empty=[c for c in empty if c not in absent])

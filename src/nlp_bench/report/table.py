@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nlp_bench.analysis.results import RESULT_COLUMNS, rows_frame
+from nlp_bench import flops
+from nlp_bench.analysis.results import MOE_COLUMNS, RESULT_COLUMNS, rows_frame
 from nlp_bench.errors import ResultError
 from nlp_bench.fsio import dumps, write_text_atomic
 from nlp_bench.report.condense import common_line, run_prefixes, same_on_every_row, shorter_ids
@@ -29,8 +30,10 @@ _DIGITS = {"Avg_TFLOPs/GPU": DECIMALS["tflops_per_gpu"], "Tokens/sec": DECIMALS[
 #: The pretty table's default columns, most wanted first: when the terminal is too narrow for all of them,
 #: the last ones go first. JUBE's core columns lead (what was measured and on which layout, then where and
 #: when), then DP/MBS/GAS, MFU and state; the prediction follows only where some row has one. The figures,
-#: the state and the columns that tell rows apart come before all of them (fit_columns).
-PRIORITY = ("Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "Tokens/sec", "time_to_report_in_seconds",
+#: the state and the columns that tell rows apart come before all of them (fit_columns). A model with experts
+#: puts its EP and active and total parameters after the nodes (an 80-column row of one MoE point keeps them
+#: before tp and pp); a table without one has no such columns.
+PRIORITY = ("Model_Size", "Nodes", *MOE_COLUMNS, "Tensor_Parallel", "Pipeline_Parallel", "Tokens/sec", "time_to_report_in_seconds",
             "Avg_TFLOPs/GPU", "Batch_Size", "Iterations", "system", "JobID", "Job_Time", "queue", "version",
             "DP", "MBS", "GAS", "MFU", "state", "Predicted/Measured", "Predicted_Tokens/sec", "Extrapolated",
             "XLA_Graphs/step", "XLA_Compiles")
@@ -40,7 +43,7 @@ _PREDICTED = ("Predicted_Tokens/sec", "Predicted/Measured", "Extrapolated")
 #: what torch-xla's graphs cost (result.json's "xla"), shown where some row ran on xla
 _XLA = ("XLA_Graphs/step", "XLA_Compiles")
 #: the columns that tell rows apart: those whose values differ between the rows shown go before all others
-_IDENTITY = ("system", "trainer", "Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "DP", "MBS", "GAS",
+_IDENTITY = ("system", "trainer", "Model_Size", "Nodes", "Tensor_Parallel", "Pipeline_Parallel", "EP", "DP", "MBS", "GAS",
              "Batch_Size", "state", "run")
 #: what rich's SIMPLE_HEAD box adds around n columns of content: one space of padding on each side of every
 #: cell and an edge of one character between and around them (measured: n columns take sum(widths) + 3n + 1)
@@ -54,7 +57,22 @@ def format_cell(column: str, value: Any, empty: str = "-") -> str:
         return empty
     if column in _DIGITS and isinstance(value, (int, float)):
         return f"{value:.{_DIGITS[column]}f}"
+    if column in _PARAMETERS and isinstance(value, (int, float)):
+        return parameter_count(value)
     return str(value)
+
+
+#: the columns that count parameters, written to three digits with a unit (46.7B, 4.43M)
+_PARAMETERS = ("Active_Params", "Total_Params")
+
+
+def parameter_count(value: float) -> str:
+    """A parameter count to three significant digits in thousands, millions, billions or trillions: the cell
+    stays narrow however large the model (the files keep the exact count)."""
+    for unit, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if value >= unit * 0.9995:  # 999.6M rounds to 1B, not to 1e+03M
+            return f"{value / unit:.3g}{suffix}"
+    return f"{value:.0f}"
 
 
 def _shown(frame):
@@ -155,6 +173,12 @@ def _short_ids(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[s
     return short, ({"point": pattern} if pattern else {})
 
 
+def _no_experts(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The experts' columns where no row has a model with experts: a table of dense rows neither shows nor
+    names them, as before they were."""
+    return () if any(row.get(MOE_COLUMNS[1]) is not None for row in rows) else MOE_COLUMNS
+
+
 def fit_columns(rows: list[dict[str, Any]], width: int | None, keep: Sequence[str] = ()) -> ColumnChoice:
     """The default columns that fit `width` (None: no limit). The columns of `keep` (those --filter and
     --sort name) and the benchmark's figures always stay; then the state; then those of _IDENTITY whose
@@ -163,7 +187,7 @@ def fit_columns(rows: list[dict[str, Any]], width: int | None, keep: Sequence[st
     two or more is said once instead (ColumnChoice.common); where not all fit, long ids are shortened
     before any column is left out. Shown in the published order."""
     hidden = {*(() if any(row.get(_PREDICTED[0]) is not None for row in rows) else _PREDICTED),
-              *(() if any(row.get(_XLA[1]) is not None for row in rows) else _XLA)}
+              *(() if any(row.get(_XLA[1]) is not None for row in rows) else _XLA), *_no_experts(rows)}
     candidates = list(dict.fromkeys(c for c in (*_IDENTITY, *PRIORITY) if c not in hidden))
     always = {*keep, *_FIGURES}
     common = same_on_every_row(candidates, [[format_cell(c, row.get(c)) for c in candidates] for row in rows],
@@ -178,7 +202,7 @@ def fit_columns(rows: list[dict[str, Any]], width: int | None, keep: Sequence[st
         short, patterns = _short_ids(rows)
         rows, kept = short, _fit(short, wanted, always, width)
         common = {**common, **patterns} if "point" in kept else common
-    left_out = [c for c in RESULT_COLUMNS if c not in kept and not common.get(c)]
+    left_out = [c for c in RESULT_COLUMNS if c not in kept and not common.get(c) and c not in _no_experts(rows)]
     return ColumnChoice([c for c in RESULT_COLUMNS if c in kept], left_out, rows, common)
 
 
@@ -218,7 +242,7 @@ def render(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = Non
         else:
             choice = fit_columns(rows, width, keep)
         common = {c: choice.common[c] for c in RESULT_COLUMNS if c in choice.common}
-        text = common_line(common, width) + pretty(choice.rows, choice.shown, width)
+        text = common_line(common, width) + pretty(choice.rows, choice.shown, width) + _moe_basis(choice, width)
         if choice.left_out:
             note = f"left out: {', '.join(choice.left_out)} (--wide: every column; --columns A,B: these)"
             text += "\n".join(textwrap.wrap(note, width or 100_000)) + "\n"
@@ -233,6 +257,16 @@ def render(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = Non
     if fmt == "md":
         return _shown(frame).to_markdown(index=False, disable_numparse=True) + "\n"
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _moe_basis(choice: ColumnChoice, width: int | None) -> str:
+    """Under a table that shows the MFU of a model with experts: what that MFU counts, which is not what a
+    dense row's counts (every parameter); "" otherwise, so a table of dense rows reads as it always has."""
+    mfu = "MFU" in choice.shown or choice.common.get("MFU")
+    if not mfu or not any(row.get(MOE_COLUMNS[1]) is not None for row in choice.rows):
+        return ""
+    return "\n".join(textwrap.wrap(f"MFU of a row with experts (Active_Params): {flops.MOE_MFU_BASIS}",
+                                   width or 100_000)) + "\n"
 
 
 def _identifier(column: str) -> str:
