@@ -228,3 +228,15 @@ def test_memory_does_not_grow_with_the_text(tmp_path):
         tracemalloc.stop()
     assert [r.iteration for r in parsed.records] == list(range(10, 810, 10)) and parsed.skipped_long_lines == 1
     assert peak < size / 8, f"peak {peak:,} bytes while reading a {size:,}-byte file"
+
+def test_an_unreadable_field_warns_in_a_compiled_layout_as_line_by_line(tmp_path):
+    """Found by the test above: among 20 lines of one layout (read a column at a time), a value like
+    `1e.13E+00` left the field empty without the warning that reading the line alone gives."""
+    line = (" iteration {i:8d}/     100 | elapsed time per iteration (ms): 2400.0 | global batch size:   512 | "
+            "lm loss: 1.1E+01 | seq_load_balancing_loss: {v} | loss scale: 1.0 |\n")
+    text = "".join(line.format(i=i, v="1e.13E+00" if i == 8 else "1.2E+00") for i in range(1, 21))
+    (tmp_path / "job.out").write_text(text)
+    whole = parsers.parse(text)
+    assert whole.warnings == {"unreadable 'seq_load_balancing_loss' field (left empty)": 1}
+    assert [r.iteration for r in whole.records] == list(range(1, 21))
+    assert parsers.parse_log(tmp_path / "job.out", chunk_bytes=1) == whole

@@ -234,9 +234,10 @@ _MAKE_RECORD = functools.partial(tuple.__new__, Record)
 _ITERATION_OF = operator.itemgetter(0)
 
 
-def _column(raw: list[str], handler: _Handler) -> list:
+def _column(raw: list[str], handler: _Handler) -> tuple[list, list[int]]:
     """One field of many lines, converted as _value does one value: a whole column in a few C passes
-    where every value is plain, value by value only in the rare column with a broken one."""
+    where every value is plain, value by value only in the rare column with a broken one; and the lines
+    whose value is unreadable (the field-by-field reading warns of them)."""
     low = handler.low
     if handler.is_count:
         try:
@@ -245,18 +246,23 @@ def _column(raw: list[str], handler: _Handler) -> list:
             pass
         else:
             if -_EXACT < min(counts) and max(counts) < _EXACT and (low is None or min(counts) > low):
-                return counts
-        return [_value(r, handler) for r in raw]
+                return counts, []
+        return _careful(raw, handler)
     try:
         values = list(map(float, raw))
     except ValueError:
-        return [_value(r, handler) for r in raw]
+        return _careful(raw, handler)
     if handler.scale != 1.0:
         values = [v * handler.scale for v in values]
     # the sum is finite only if every value is (a sum that overflows sends the column the careful way)
     if math.isfinite(sum(values)) and (low is None or min(values) > low):
-        return values
-    return [_value(r, handler) for r in raw]
+        return values, []
+    return _careful(raw, handler)
+
+
+def _careful(raw: list[str], handler: _Handler) -> tuple[list, list[int]]:
+    values = [_value(r, handler) for r in raw]
+    return values, [k for k, (v, r) in enumerate(zip(values, raw, strict=True)) if v is None and not _is_a_number(r)]
 
 
 class _Layout:
@@ -295,18 +301,23 @@ class _Layout:
         good = [row for row in rows if row[0]] if misses else rows
         # one flat list of every captured string, read a column at a time by slicing: all in C
         flat, empty = list(chain.from_iterable(good)), [None] * len(good)
-        by_name = {handler.name: _column(flat[k::width], handler) for k, handler in enumerate(self.handlers, 2)}
+        by_name, unreadable = {}, set()
+        for k, handler in enumerate(self.handlers, 2):
+            by_name[handler.name], broken = _column(flat[k::width], handler)
+            unreadable.update(broken)
         seconds = by_name.get("seconds", empty)
         values = zip(map(int, flat[0::width]), map(int, flat[1::width]), seconds,
                      *(by_name.get(name, empty) for name in _ORDER), strict=False)
         made = list(map(_MAKE_RECORD, values))
         if None in seconds:
             made = [record if record[2] is not None else None for record in made]
-        if not misses:
+        if unreadable:  # read field by field, which counts the warning
+            made = [_UNMATCHED if k in unreadable else record for k, record in enumerate(made)]
+        elif not misses:
             return made, []
         found = iter(made)
         out = [next(found) if row[0] else _UNMATCHED for row in rows]
-        return out, [k for k, row in enumerate(rows) if not row[0]]
+        return out, [k for k, record in enumerate(out) if record is _UNMATCHED]
 
 
 def _megatron_variant(keys: set[str], line: str) -> str:
