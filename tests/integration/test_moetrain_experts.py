@@ -32,9 +32,21 @@ LAYOUTS = {
 }
 
 
+#: a checkpoint of spread experts (every expert shard its own file), resumed on the same layout
+RESUMED = LAYOUTS["ep2-etp2-dp4"][1]
+
+
 @pytest.fixture(scope="module")
-def runs():
-    return launch_all({"one": Launch(1, BASE), **{name: Launch(n, [*BASE, *flags]) for name, (n, flags) in LAYOUTS.items()}})
+def saved(tmp_path_factory):
+    return tmp_path_factory.mktemp("experts-checkpoint")
+
+
+@pytest.fixture(scope="module")
+def runs(saved):
+    return launch_all({"one": Launch(1, BASE), **{name: Launch(n, [*BASE, *flags]) for name, (n, flags) in LAYOUTS.items()},
+                       "first": Launch(4, [*BASE, *RESUMED, "--save", str(saved), "--exit-interval", "1"]),
+                       "resumed": Launch(4, [*BASE, *RESUMED, "--load", str(saved)]),
+                       "other ep": Launch(4, [*BASE, *ep(4), "--load", str(saved)])})
 
 
 def _numbers(proc) -> list[tuple[float, float, float]]:
@@ -52,3 +64,19 @@ def test_expert_layout_gives_the_single_rank_numbers(runs, layout):
 def test_the_run_says_its_expert_layout(runs):
     said = [line for line in runs["ep2-etp2-dp4"].stdout.splitlines() if line.startswith("nlp-bench trainer: experts:")]
     assert said and said[0].endswith("expert parallel 2, expert tp 2")
+
+
+def test_spread_experts_resume_equal_an_uninterrupted_run(runs, saved):
+    """ep 2 x expert tp 2 on 4 ranks: 4 expert shards, each in its own file; the resumed iterations 2 and 3
+    are the uninterrupted run's."""
+    whole, first, resumed = (_numbers(runs[k]) for k in ("ep2-etp2-dp4", "first", "resumed"))
+    assert len(first) == 1 and close(first, whole[:1])
+    assert len(resumed) == 2 and close(resumed, whole[1:]), (resumed, whole)
+    assert sorted(p.name for p in (saved / "iter_0000001").glob("experts_*")) == [
+        f"experts_000_ep{e:03d}_etp{t:03d}.pt" for e in range(2) for t in range(2)]
+
+
+def test_a_checkpoint_of_another_expert_layout_is_refused_in_one_line(runs):
+    proc = runs["other ep"]
+    assert proc.returncode != 0
+    assert "was saved with --expert-model-parallel-size 2 (now 4), --expert-tensor-parallel-size 2 (now 1)" in proc.stderr

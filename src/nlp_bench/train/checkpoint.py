@@ -8,8 +8,12 @@ Layout (Megatron's names where it has them):
     SAVE/iter_0000005/mp_rank_TT_PPP/optim_dpDDD.pt       optimizer shard of each dp rank (distributed
                                                           optimizer), or of dp rank 0 alone
 
+    SAVE/iter_0000005/experts_PPP_epEEE_etpTTT.pt       with expert parallelism or expert tp beyond the dense
+                                                          shards: each expert shard's weights and optimizer
+                                                          slice, written by its first copy (expert dp rank 0)
+
 A different data-parallel size on load is handled by joining the saved optimizer shards and cutting
-them anew; tensor- and pipeline-parallel sizes must match.
+them anew; tensor- and pipeline-parallel sizes, ep and expert tp must match.
 """
 
 from __future__ import annotations
@@ -53,11 +57,43 @@ def save_shards(root: str, iteration: int, step: int, shape: dict[str, Any], gro
         }, folder / "model_rng.pt")
     if optimizer.shards > 1 or groups.dp_rank == 0:
         _atomic_save(optimizer.state(), folder / f"optim_dp{groups.dp_rank:03d}.pt")
+    experts = _expert_file(folder.parent, groups, optimizer)
+    if experts is not None and groups.experts.edp_rank == 0:
+        state, part = optimizer.state(), optimizer.buffer.expert_range
+        _atomic_save({"model": {name: p.detach().clone() for name, p in stage.named_parameters()
+                                if getattr(p, "expert_parallel", False)},
+                      **{key: state[key][part].clone() for key in _FLAT}}, experts)
     dist.barrier(group=groups.host)  # gloo's: torch-xla's barrier returns at once
     if groups.rank == 0:
         (Path(root) / LATEST).write_text(f"{iteration}\n")
     dist.barrier(group=groups.host)  # gloo's: torch-xla's barrier returns at once
     return folder.parent
+
+
+#: the optimizer's flat tensors, laid out like its shard (FlatAdam.state)
+_FLAT = ("master", "exp_avg", "exp_avg_sq")
+
+
+def _expert_file(folder: Path, groups: ProcessGroups, optimizer: FlatAdam) -> Path | None:
+    """Where this rank's expert shard is kept; None where its experts are held like the dense weights."""
+    part = optimizer.buffer.expert_range
+    if groups.experts is None or part.start == part.stop:
+        return None
+    return folder / f"experts_{groups.pp_rank:03d}_ep{groups.experts.ep_rank:03d}_etp{groups.experts.etp_rank:03d}.pt"
+
+
+def _with_experts(shards: list[dict], path: Path, stage: torch.nn.Module, optimizer: FlatAdam) -> list[dict]:
+    """The optimizer's saved state with this rank's expert shard in place of the one dp rank 0 saved (the
+    experts are not the dense replicas' to share); the shard's weights loaded into the model."""
+    if not path.is_file():
+        raise UsageError(f"checkpoint {path.parent} has no {path.name} (saved with another expert layout?)")
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    stage.load_state_dict(saved["model"], strict=False)
+    merged, part = dict(shards[0]), optimizer.buffer.expert_range
+    for key in _FLAT:
+        merged[key] = merged[key].clone()
+        merged[key][part] = saved[key]
+    return [merged]
 
 
 def _before_recorded(shape: dict[str, Any]) -> dict[str, Any]:
@@ -107,5 +143,6 @@ def restore_latest(root: str, shape: dict[str, Any], groups: ProcessGroups, stag
         torch.cuda.set_rng_state(saved["rng"]["cuda"])
     files = sorted(folder.glob("optim_dp*.pt"))
     shards = [torch.load(f, map_location="cpu", weights_only=False) for f in files]
-    optimizer.load_state(shards)
+    experts = _expert_file(folder.parent, groups, optimizer)
+    optimizer.load_state(shards if experts is None else _with_experts(shards, experts, stage, optimizer))
     return saved["iteration"], saved["step"]

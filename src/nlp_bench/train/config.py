@@ -25,7 +25,8 @@ CHECKPOINT_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_que
                     "seq_length", "vocab_size", "tensor_model_parallel_size", "pipeline_model_parallel_size", "swiglu",
                     "normalization", "add_bias_linear", "untie_embeddings_and_output_weights",
                     "position_embedding_type", "rotary_base", "num_layers_per_virtual_pipeline_stage", "num_experts",
-                    "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size")
+                    "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "expert_model_parallel_size",
+                    "expert_tensor_parallel_size")
 
 
 @dataclass(frozen=True)
@@ -206,21 +207,19 @@ def _layout(args: Namespace, on: Switches, world: int) -> tuple[ParallelConfig, 
     return parallel, BatchConfig(mbs, gbs, gbs // (mbs * dp), args.seq_length)
 
 
-def _check_expert_layout(parallel: ParallelConfig, args: Namespace) -> None:
+def _check_expert_layout(parallel: ParallelConfig) -> None:
     """What the trainer's expert grid (train/moe.py) cannot run. Experts spread beyond the dense layout's own
     shards (ep > 1, or an expert tp other than 1 and tp) have their own gradient group, which the
-    distributed optimizer's shards and the checkpoint's files do not know yet."""
+    distributed optimizer's shards do not know yet."""
     tp, ep, etp = parallel.tp, parallel.ep, parallel.etp
     if tp > 1 and not parallel.sequence_parallel and (ep > 1 or etp not in (1, tp)):
         raise UsageError(f"expert parallelism (ep {ep}, expert tp {etp}) with --tensor-model-parallel-size {tp} "
                          "needs --sequence-parallel: each tp rank then routes its own tokens (as Megatron-core "
                          "trains MoE)")
     if ep > 1 or etp not in (1, tp):
-        for flag, given in (("--use-distributed-optimizer", parallel.distributed_optimizer),
-                            ("--save", args.save), ("--load", args.load)):
-            if given:
-                raise UsageError(f"{flag} with expert parallelism (ep {ep}, expert tp {etp}) is not built yet in "
-                                 "this trainer: use it with ep 1 and expert tp 1 or tp")
+        if parallel.distributed_optimizer:
+            raise UsageError(f"--use-distributed-optimizer with expert parallelism (ep {ep}, expert tp {etp}) is not "
+                             "built yet in this trainer: use it with ep 1 and expert tp 1 or tp")
 
 
 def _moe(args: Namespace) -> MoEConfig | None:
@@ -256,7 +255,7 @@ def build_config(args: Namespace, world: int) -> TrainConfig:
         raise UsageError("--num-experts with full activation recompute is not built yet (selective works)")
     parallel, batch = _layout(args, on, world)
     if args.num_experts is not None:
-        _check_expert_layout(parallel, args)
+        _check_expert_layout(parallel)
     if args.mlperf_log is not None and (why := check_path(args.mlperf_log)):
         raise UsageError(why)
     schedule, iterations, in_samples = from_args(args, batch.global_batch_size)

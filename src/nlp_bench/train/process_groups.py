@@ -26,6 +26,8 @@ class ExpertGroups:
     etp: int
     ep_rank: int
     etp_rank: int
+    #: which copy of its expert shard this rank holds (0 writes the shard into a checkpoint)
+    edp_rank: int
     ep_group: dist.ProcessGroup | None
     etp_group: dist.ProcessGroup | None
     #: expert tp x ep: one whole copy of every expert (the dispatch agrees on its group size here)
@@ -111,5 +113,6 @@ def _expert_groups(world: int, rank: int, pp: int, ep: int, etp: int) -> ExpertG
             group = dist.new_group(ranks)
             if rank in ranks:
                 mine[name] = ranks, group
-    return ExpertGroups(ep, etp, mine["ep"][0].index(rank), mine["etp"][0].index(rank), mine["ep"][1],
+    return ExpertGroups(ep, etp, mine["ep"][0].index(rank), mine["etp"][0].index(rank), mine["edp"][0].index(rank),
+                        mine["ep"][1],
                         mine["etp"][1], mine["tp_ep"][1], mine["edp"][1])
