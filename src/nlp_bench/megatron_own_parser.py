@@ -114,7 +114,10 @@ def _check(module: types.ModuleType, argv: list[str], world_size: int) -> dict[s
         args = module.parse_args()
         module.validate_args(args)
     return {"parsed": len([w for w in argv if w.startswith("--")]), "world_size": args.world_size,
-            "data_parallel_size": getattr(args, "data_parallel_size", None)}
+            "data_parallel_size": getattr(args, "data_parallel_size", None),
+            # the expert layout as Megatron-LM took it (validate_args sets expert tp to tp where not given)
+            "expert_model_parallel_size": getattr(args, "expert_model_parallel_size", None),
+            "expert_tensor_parallel_size": getattr(args, "expert_tensor_parallel_size", None)}
 
 
 def _serve(module: types.ModuleType) -> int:

@@ -18,7 +18,8 @@ def _one_line_error(proc_or_result, *needles):
         assert needle in lines[0], lines[0]
 
 @pytest.mark.parametrize("args,needles", [
-    (["run", "--tag", "17", "--dry-run"], ["unknown tag", "'17'", "known: 13, 175, gpu-small, llama3-70b, llama3-8b, smoke, smoke-llama"]),
+    (["run", "--tag", "17", "--dry-run"], ["unknown tag", "'17'", "known: 13, 175, deepseek-v3, gpt-oss-20b, gpu-small, "
+                                                                 "llama3-70b, llama3-8b, mixtral-8x7b, qwen3-30b-a3b, smoke, smoke-llama, smoke-moe"]),
     (["run", "--tag", "13", "--tp", "3", "--dry-run"], ["impossible layout", "tp 3 must divide the number of attention heads 32"]),
     (["run", "--tag", "13", "--nodes", "3", "--dry-run"], ["tp x pp = 8 must divide the 12 devices"]),
     (["run", "--benchmark", "nosuch", "--dry-run"], ["benchmark file not found", "nosuch.yaml", "known benchmarks: nlp"]),

@@ -111,12 +111,14 @@ def execute_sweep(results_dir: Path, grid_path: Path, tag: str | None, system: s
 
 def _show_dropped(run: Run, log: DroppedLog, verbose: bool) -> None:
     """Show some of the dropped points (all with --verbose); the run keeps them all."""
+    from nlp_bench.sweep.grid import EXPERT
+
     shown = 0
     for row in dropped_rows(run.path):
         if not verbose and shown == 10:
             say(f"  ... and {log.total - shown:,} more (--verbose lists them; {run.path / DROPPED_CSV} keeps them all)")
             break
-        where = " ".join(f"{k}={row[k]}" for k in SHOWN_LAYOUT)
+        where = " ".join(f"{k}={row[k]}" for k in (*SHOWN_LAYOUT, *(k for k in EXPERT if k in row)))
         say(f"  dropped {where}: {row['reason']}")
         shown += 1
 

@@ -37,10 +37,14 @@ class PointVerdict:
 
 
 def check_tag(benchmark_name: str, tag: str | None, system: str | None, trainer: str | None) -> list[PointVerdict]:
-    point = load_benchmark(benchmark_name).point(tag, system, trainer=trainer)
+    benchmark = load_benchmark(benchmark_name)
+    point = benchmark.point(tag, system, trainer=trainer)
     if not point.rules:
-        raise SpecError(f"tag {point.tag} has no submission rules (a tag with `rules:` in {benchmark_name}, "
-                        "such as 13 or 175, has)")
+        judged = [name for name, spec in benchmark.tags.items() if spec.get("rules")]
+        asked = "".join(f" --{name} {value}" for name, value in (("system", system), ("trainer", trainer)) if value)
+        raise SpecError(f"tag {point.tag} has no submission rules: only a tag with `rules:` in {benchmark.path} is "
+                        f"judged ({', '.join(judged) or 'none there'}); `bench run --tag {point.tag}{asked} --dry-run` "
+                        f"checks its layout{' and its Megatron-LM flags' if point.trainer == MEGATRON_LM else ''}")
     if point.trainer == MEGATRON_LM:
         point = for_megatron(point, checkout_for(point.system, required=False))
     text = render_jobscript(point)

@@ -109,6 +109,11 @@ def _resume_takes_no(**given) -> None:
 @click.option("--pp", type=int, default=None, help="Override pipeline-parallel size.")
 @click.option("--mbs", type=int, default=None, help="Override micro-batch size.")
 @click.option("--gas", type=int, default=None, help="Override gradient-accumulation steps.")
+@click.option("--ep", type=int, default=None,
+              help="Override expert-parallel size (an MoE tag; Megatron's --expert-model-parallel-size).")
+@click.option("--etp", type=int, default=None,
+              help="Override the experts' tensor-parallel size (Megatron's --expert-tensor-parallel-size; "
+                   "default: the tag's, else tp).")
 @_BATCH
 @click.option("--global-batch-size", type=click.IntRange(min=1), default=None,
               help="Train this global batch (gas follows from dp x mbs).")
@@ -118,7 +123,7 @@ def _resume_takes_no(**given) -> None:
 @data_option
 @launch_options
 @click.pass_context
-def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, batch, global_batch_size,
+def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mbs, gas, ep, etp, batch, global_batch_size,
               vp, recompute, distributed_optimizer, dry_run, wait_, data_path, hang_timeout, after, trainer, resume_ref,
               force, sbatch_items, **slurm) -> None:
     """Render the tag's point into a new run workspace and run it (local) or submit it (Slurm). A point the
@@ -129,14 +134,14 @@ def bench_run(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, mb
     sbatch = sbatch_overrides(sbatch_items, **slurm)
     options = LaunchOptions(wait_, hang_timeout, after, sbatch, force)
     if resume_ref:
-        _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch,
+        _resume_takes_no(tag=tag, system=system, nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, ep=ep, etp=etp, batch=batch,
                          global_batch_size=global_batch_size, vp=vp, recompute=recompute,
                          distributed_optimizer=distributed_optimizer, hang_timeout=hang_timeout, trainer=trainer,
                          sbatch=" ".join(k for k, _ in sbatch) or None, data_path=data_path,
                          benchmark=None if benchmark_name == "nlp" else benchmark_name)
         ctx.exit(resume(ctx.obj["results_dir"], resume_ref, options, dry_run))
     ctx.exit(execute_run(ctx.obj["results_dir"], benchmark_name, tag, system, dry_run,
-                         dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, batch=batch or DEFAULT_BATCH_RULE,
+                         dict(nodes=nodes, tp=tp, pp=pp, mbs=mbs, gas=gas, ep=ep, etp=etp, batch=batch or DEFAULT_BATCH_RULE,
                               global_batch_size=global_batch_size, vp=vp, recompute=recompute,
                               distributed_optimizer=distributed_optimizer), options, trainer, data_path))
 

@@ -12,7 +12,7 @@ import jinja2
 
 from nlp_bench.launch.launcher import launcher_for
 from nlp_bench.paths import slurm_dir
-from nlp_bench.spec.benchmark import Point
+from nlp_bench.spec.benchmark import EXPERT_FLAGS, Point, expert_flags
 from nlp_bench.spec.systems import System
 from nlp_bench.spec.trainers import MEGATRON_LM
 from nlp_bench.store import protocol
@@ -62,6 +62,10 @@ def site_path(text: str) -> str:
     return f'"{text}"'
 
 
+#: the variables the jobscript exports the expert layout's flags in, beside TP_SIZE and PP_SIZE
+_EXPERT_VARIABLES = {EXPERT_FLAGS["ep"]: "EP_SIZE", EXPERT_FLAGS["etp"]: "ETP_SIZE"}
+
+
 def train_flags(train: dict[str, Any]) -> list[str]:
     """Megatron flags from a `train` mapping: true is a bare switch, false/None leave the flag out."""
     out = []
@@ -106,6 +110,7 @@ def render_jobscript(point: Point, hang_timeout_s: int | None = None, compile_jo
     return template.render(
         p=point, lay=point.layout, system=point.system, launcher=launcher, rendezvous=launcher.rendezvous(point.system),
         job_name=job_name, sbatch=sbatch, env=env,
+        expert_sizes=[(_EXPERT_VARIABLES[flag], flag, value) for flag, value in expert_flags(point.layout).items()],
         train_flags=train_flags(train), compile=compile_job, megatron=point.trainer == MEGATRON_LM,
         megatron_repo=shlex.quote(made["repo"]) if made.get("repo") else site_path(point.system.megatron_lm_repo),
         megatron_version=made.get("version"),

@@ -81,7 +81,8 @@ def jobscript_nodes(text: str) -> int | None:
 #: the layout fields of point.json and what a rendered jobscript says of each: a trainer flag of TRAIN_ARGS,
 #: or a variable the script exports
 _FLAGS = {"tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size", "mbs": "--micro-batch-size",
-          "global_batch_size": "--global-batch-size", "cp": "--context-parallel-size"}
+          "global_batch_size": "--global-batch-size", "cp": "--context-parallel-size",
+          "ep": "--expert-model-parallel-size", "etp": "--expert-tensor-parallel-size"}
 _EXPORTS = {"devices_per_node": "GPUS_PER_NODE", "dp": "DP_SIZE", "gas": "GAS"}
 
 

@@ -19,22 +19,49 @@ from nlp_bench.spec.trainers import BUILTIN, MEGATRON_LM, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
 
 _TOP_KEYS = {"name", "description", "default_tag", "train", "tags"}
-_TAG_KEYS = {"description", "model", "model_overrides", "system", "nodes", "tp", "pp", "mbs", "gas", "train", "sbatch",
-             "fixed", "systems", "trainer", "rules"}
+_TAG_KEYS = {"description", "model", "model_overrides", "system", "nodes", "tp", "pp", "mbs", "gas", "ep", "etp",
+             "train", "sbatch", "fixed", "systems", "trainer", "rules"}
 #: what a tag may set differently on one system (`systems: {name: {...}}`): its layout
-_PER_SYSTEM_KEYS = {"nodes", "tp", "pp", "mbs", "gas"}
+_PER_SYSTEM_KEYS = {"nodes", "tp", "pp", "mbs", "gas", "ep", "etp"}
+#: the layout sizes a caller may override (Benchmark.point), the expert ones (ep, expert tp) among them
+FREE_SIZES = ("nodes", "tp", "pp", "mbs", "gas", "ep", "etp")
 
+#: The expert layout's flags: the jobscript passes them where the layout has expert parallelism (ep > 1) or its
+#: own expert tp, and leaves them out otherwise, so that a dense point runs on a Megatron-LM without experts.
+EXPERT_FLAGS = {"ep": "expert-model-parallel-size", "etp": "expert-tensor-parallel-size"}
 #: Flags the jobscript derives from the model and layout; a tag's `train` block may not set them.
 DERIVED_FLAGS = {
     "num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size", "seq-length", "max-position-embeddings",
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "micro-batch-size", "global-batch-size",
-    "distributed-backend",
+    "distributed-backend", *EXPERT_FLAGS.values(),
 }
 #: Flags the point's train mapping takes from its model (ModelSpec.megatron_flags, and the vocabulary where
 #: no tokenizer file gives it); a tag's `train` block may not set them either.
 MODEL_FLAGS = ARCHITECTURE_FLAGS | {"vocab-size"}
 #: the flags that name a tokenizer's files, which give the vocabulary instead of --vocab-size
 _TOKENIZER_FILES = ("vocab-file", "tokenizer-model")
+
+
+def expert_flags(layout: Layout) -> dict[str, int]:
+    """The expert layout as Megatron-LM's flags, as the jobscript passes them: ep where it is above 1, expert tp
+    where the layout gives its own (None: Megatron takes tp)."""
+    out = {EXPERT_FLAGS["ep"]: layout.ep} if layout.ep > 1 else {}
+    if layout.etp is not None:
+        out[EXPERT_FLAGS["etp"]] = layout.etp
+    return out
+
+
+def rendered_derived_flags(layout: Layout) -> set[str]:
+    """The derived flags a jobscript of this layout passes: all of DERIVED_FLAGS but the expert ones it leaves
+    out (a Megatron-LM checkout must have every one it passes)."""
+    return (DERIVED_FLAGS - set(EXPERT_FLAGS.values())) | set(expert_flags(layout))
+
+
+#: What a Megatron-LM point of an MoE model runs its experts with, as NVIDIA's own recipes do (Megatron-LM's
+#: examples/mixtral, Megatron-Bridge's performance recipes): one grouped GEMM over a rank's experts instead of a
+#: loop of small ones, and the all-to-all token dispatcher that expert parallelism across ranks is built on
+#: (Megatron's default, allgather, gathers every token on every rank). A tag's train block may set others.
+MOE_MEGATRON_FLAGS: dict[str, Any] = {"moe-grouped-gemm": True, "moe-token-dispatcher-type": "alltoall"}
 
 
 def model_flags(model: ModelSpec, flags: dict[str, Any]) -> dict[str, Any]:
@@ -85,8 +112,9 @@ class Point:
         lay = self.layout
         by = "" if self.trainer == BUILTIN else f"_{self.trainer}"
         vp = f"_vp{lay.vp}" if lay.vp > 1 else ""
-        return (f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}{vp}_mbs{lay.mbs}_gas{lay.gas}{self.settings}"
-                f"{self.variant}{by}")
+        experts = (f"_ep{lay.ep}" if lay.ep > 1 else "") + (f"_etp{lay.etp}" if lay.etp is not None else "")
+        return (f"{self.model.name}_n{lay.nodes}_tp{lay.tp}_pp{lay.pp}{vp}{experts}_mbs{lay.mbs}_gas{lay.gas}"
+                f"{self.settings}{self.variant}{by}")
 
     @property
     def env(self) -> dict[str, Any]:
@@ -147,16 +175,16 @@ class Benchmark:
               distributed_optimizer: bool | None = None, **layout: int | None) -> Point:
         """Resolve a tag (default: the benchmark's default tag) on its own or another system.
 
-        `layout` may override nodes, tp, pp, mbs and gas (None keeps the tag's value): they are the
+        `layout` may override nodes, tp, pp, mbs, gas, ep and etp (None keeps the tag's value): they are the
         parameters the benchmark's rules leave free. Where gas is not given, `batch` (spec.batch) says
         whether the tag's global batch or its gas is kept; `global_batch_size` asks for another batch. The
         trainer is `trainer`, else the tag's, else the system's. `vp` (model chunks per pipeline rank),
         `recompute` and `distributed_optimizer` choose what `bench plan` ranks beside the sizes (None: the
         tag's); where they are not the tag's, the point's id names them.
         """
-        bad = set(layout) - {"nodes", "tp", "pp", "mbs", "gas"}
+        bad = set(layout) - set(FREE_SIZES)
         if bad:
-            raise SpecError(f"cannot override {', '.join(sorted(bad))}; free parameters: nodes, tp, pp, mbs, gas")
+            raise SpecError(f"cannot override {', '.join(sorted(bad))}; free parameters: {', '.join(FREE_SIZES)}")
         tag = self.default_tag if tag is None else str(tag)
         if tag not in self.tags:
             raise SpecError(unknown(f"tag for benchmark {self.name!r}:", tag, self.tags))
@@ -182,7 +210,7 @@ class Benchmark:
                             data_parallel_size(sizes[0] * sizes[1], sizes[2], sizes[3]), sizes[4],
                             gas=layout.get("gas"), global_batch_size=global_batch_size)
         gas = chosen.gas if chosen else layout.get("gas") or own.get("gas", 1)
-        layout = valid_layout(model_spec, Layout(*sizes, gas))
+        layout = valid_layout(model_spec, _sized(sizes, gas, spec, self.train, spec.get("train"), train))
         unrunnable = None
         if sys_.backend == "xla" and layout.pp > 1:
             why = (f"pipeline parallelism (pp {layout.pp}) is not available with the xla backend of system "
@@ -206,7 +234,7 @@ class Benchmark:
         trainer = check_trainer(trainer or spec.get("trainer") or sys_.trainer, where)
         unrunnable = unrunnable or _builtin_lacks(model_spec, trainer)
         if trainer == MEGATRON_LM:
-            flags = {**flags, **sys_.megatron_lm_train}
+            flags = {**(MOE_MEGATRON_FLAGS if model_spec.moe else {}), **flags, **sys_.megatron_lm_train}
         tag_on = decode({**self.train, **(spec.get("train") or {}),
                          **(sys_.megatron_lm_train if trainer == MEGATRON_LM else {})})
         flags = with_settings(_interleaved(flags, model_spec, layout, vp, where), recompute=_choice(recompute),
@@ -221,6 +249,20 @@ class Benchmark:
         return Point(self.name, tag, model_spec, sys_, layout, flags, dict(spec.get("sbatch") or {}), trainer=trainer,
                      rules=spec.get("rules"), batch=chosen, unrunnable=unrunnable, replaced_precision=replaced,
                      settings=settings_words(tag_on, on))
+
+
+#: Megatron's uneven pipeline: the layers of the first and the last stage, as a tag's train block gives them
+#: (a published layout of a model whose layers pp does not divide, DeepSeek-V3's 61 over 16 stages)
+UNEVEN_FLAGS = {"first_stage_layers": "decoder-first-pipeline-num-layers",
+                "last_stage_layers": "decoder-last-pipeline-num-layers"}
+
+
+def _sized(sizes: list[int], gas: int, spec: dict[str, Any], *trains: dict[str, Any] | None) -> Layout:
+    """The point's layout: `sizes` (nodes, devices per node, tp, pp, mbs) and gas, the expert sizes `spec` gives,
+    and the uneven stages the train blocks set (`trains`: the benchmark's, the tag's, the caller's, in order)."""
+    flags = {flag: value for train in trains for flag, value in (train or {}).items()}
+    stages = {name: flags[flag] for name, flag in UNEVEN_FLAGS.items() if flags.get(flag) is not None}
+    return Layout(*sizes, gas, ep=spec.get("ep", 1), etp=spec.get("etp"), **stages)
 
 
 def _builtin_lacks(model: ModelSpec, trainer: str) -> str | None:

@@ -336,10 +336,13 @@ def _uneven_violations(num_layers: int, pp: int, chunks: int, first: int | None,
 
 
 def _expert_violations(world: int, etp: int, ep: int, pp: int, num_experts: int | None) -> list[Violation]:
-    """The expert grid's rules: etp x ep x pp must tile the world, and ep must divide the experts."""
+    """The expert grid's rules: etp x ep x pp must tile the world (Megatron-core's expert grid; with whole
+    stages, etp x ep must divide the tp x cp x dp ranks of each), and ep must divide the experts."""
     out = []
     if world % (etp * ep * pp):
-        out.append(Violation("ep-world", f"expert tp {etp} x ep {ep} x pp {pp} does not divide the {world} devices"))
+        stage = f" ({world // pp} per pipeline stage, tp x cp x dp)" if pp > 1 and world % pp == 0 else ""
+        out.append(Violation("ep-world", f"expert tp {etp} x ep {ep} x pp {pp} does not divide the {world} devices"
+                                         f"{stage} (--expert-tensor-parallel-size, --expert-model-parallel-size)"))
     if num_experts is not None and num_experts % ep:
         out.append(Violation("ep-experts", f"ep {ep} must divide the {num_experts} experts (--num-experts, "
                                            "--expert-model-parallel-size)"))
@@ -373,7 +376,7 @@ def violations(model: ModelSpec, layout: Layout, sequence_parallel: bool = False
         chunks=layout.vp, micro_batches=layout.gas, num_query_groups=model.num_query_groups,
         devices=f"devices ({layout.nodes} nodes x {layout.devices_per_node})", cp=layout.cp,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers, ep=layout.ep,
-        etp=layout.etp, num_experts=getattr(model, "num_experts", None))
+        etp=layout.etp, num_experts=model.moe.num_experts if model.moe else None)
 
 
 def valid_layout(model: ModelSpec, layout: Layout) -> Layout:

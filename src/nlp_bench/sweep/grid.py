@@ -13,7 +13,8 @@
       mbs: "1 if tp < 4 else 2" # may also read the system's devices_per_node
     (an axis `trainer: [builtin, megatron-lm]` runs each point with both trainers, side by side; axes `vp`,
     `recompute: [none, selective, full]` and `distributed_optimizer: [true, false]` choose what `bench plan`
-    ranks, as `bench run --vp/--recompute/--[no-]distributed-optimizer` do)
+    ranks, as `bench run --vp/--recompute/--[no-]distributed-optimizer` do; for a mixture-of-experts tag, axes
+    `ep` and `etp` spread its experts, as `bench run --ep/--etp` do)
     exclude:                  # drop points where an expression holds
       - "tp * pp > 16"
     constraints:              # keep only points where every expression holds
@@ -59,13 +60,16 @@ from nlp_bench.spec.yamlio import check_keys, load_yaml
 from nlp_bench.sweep.expr import EvaluationError, Expression
 
 LAYOUT = ("nodes", "tp", "pp", "mbs", "gas")
+#: the expert layout of an MoE model: expert parallelism and the experts' own tensor parallelism (etp; the
+#: tag's, or None where Megatron takes tp)
+EXPERT = ("ep", "etp")
 MODEL = SHAPE
 #: what `bench plan` ranks beside the sizes: an axis of each is what `bench run --vp/--recompute/...` chooses
 SETTINGS = ("vp", "recompute", "distributed_optimizer")
 #: the train flags each of SETTINGS writes: a grid setting both an axis and its flags is refused
 _SETTING_FLAGS = {"vp": (INTERLEAVING_FLAG,), "recompute": RECOMPUTE_FLAGS,
                   "distributed_optimizer": (DISTRIBUTED_OPTIMIZER_FLAG,)}
-PARAMETERS = (*LAYOUT, *MODEL, "precision", "trainer", *SETTINGS)
+PARAMETERS = (*LAYOUT, *EXPERT, *MODEL, "precision", "trainer", *SETTINGS)
 #: names an expression may read but no axis may set: they come with the system
 READ_ONLY = ("devices_per_node",)
 #: the most combinations a sweep expands: streaming costs about 21 µs and 14 bytes of memory per combination
@@ -182,8 +186,8 @@ def load_grid(path: str | Path) -> Grid:
 
 def _base(model: ModelSpec, point: Point) -> dict[str, Any]:
     lay, on = point.layout, decode(point.train)
-    return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "mbs": lay.mbs, "gas": lay.gas,
-            "precision": on.precision, "vp": lay.vp, "recompute": on.recompute,
+    return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "mbs": lay.mbs, "gas": lay.gas, "ep": lay.ep,
+            "etp": lay.etp, "precision": on.precision, "vp": lay.vp, "recompute": on.recompute,
             "distributed_optimizer": on.distributed_optimizer,
             "trainer": point.trainer, **{name: getattr(model, name) for name in MODEL}, **{READ_ONLY[0]: lay.devices_per_node}}
 
@@ -261,6 +265,7 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
     names, zipped = list(grid.matrix), list(grid.zipped)
     rows = list(zip(*grid.zipped.values(), strict=False)) or [()]
     devices, max_nodes = start.layout.devices_per_node, start.system.max_nodes
+    experts = start.model.moe.num_experts if start.model.moe else None
     seen: set[int] = set()
     for combo in itertools.product(*(grid.matrix[n] for n in names)):
         for row in rows:
@@ -278,7 +283,7 @@ def _stream(grid: Grid, tag: str | None, system: str | None, no_rules: bool,
                 dropped = dropped or next((Dropped(params, f"constraint {c.text!r} does not hold",
                                                    f"constraint {c.text!r}") for c in grid.constraints
                                            if not c(params)), None)
-                dropped = dropped or _broken_rule(params, devices, max_nodes)
+                dropped = dropped or _broken_rule(params, devices, max_nodes, experts)
                 if dropped:
                     yield dropped
                     continue
@@ -323,10 +328,14 @@ def _replica_rule(params: dict[str, Any], devices_per_node: int) -> Dropped | No
     return Dropped(params, problem[1], problem[0]) if problem else None
 
 
-def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int | None) -> Dropped | None:
-    """The layout rules the combination breaks (spec.layout's rules, on its integers), or None."""
-    for name in (*LAYOUT, *MODEL, "vp"):
+def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int | None,
+                 num_experts: int | None = None) -> Dropped | None:
+    """The layout rules the combination breaks (spec.layout's rules, on its integers; `num_experts`: the
+    model's, for the expert rules), or None."""
+    for name in (*LAYOUT, *MODEL, "vp", *EXPERT):
         value = params[name]
+        if name == "etp" and value is None:
+            continue
         if not isinstance(value, int) or isinstance(value, bool):
             raise EvaluationError(f"{name} must be an integer, got {value!r}")
         if value < 1:
@@ -336,7 +345,8 @@ def _broken_rule(params: dict[str, Any], devices_per_node: int, max_nodes: int |
     broken = parallel_violations(
         world=params["nodes"] * devices_per_node, tp=params["tp"], pp=params["pp"], num_layers=params["num_layers"],
         num_attention_heads=params["num_attention_heads"], ffn_hidden_size=params["ffn_hidden_size"],
-        hidden_size=params["hidden_size"], devices="devices", chunks=params["vp"], micro_batches=params["gas"])
+        hidden_size=params["hidden_size"], devices="devices", chunks=params["vp"], micro_batches=params["gas"],
+        ep=params["ep"], etp=params["etp"], num_experts=num_experts)
     return Dropped(params, "; ".join(v.message for v in broken), RULE_WORDS[broken[0].rule]) if broken else None
 
 
@@ -362,7 +372,7 @@ def _resolve(benchmark: Benchmark, tag: str, system: str | None, params: dict[st
         raise EvaluationError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {params['recompute']!r}")
     if not isinstance(params["distributed_optimizer"], bool):
         raise EvaluationError(f"distributed_optimizer must be true or false, got {params['distributed_optimizer']!r}")
-    layout = {n: params[n] for n in LAYOUT}
+    layout = {n: params[n] for n in (*LAYOUT, *EXPERT)}
     if rule is not None:
         layout["gas"] = None  # the point applies the same rule, and says so
     # a setting as the tag has it is left to the tag's flags (and a grid's train block)

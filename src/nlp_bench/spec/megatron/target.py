@@ -10,7 +10,7 @@ from typing import Any
 from packaging.version import Version
 
 from nlp_bench.errors import SpecError
-from nlp_bench.spec.benchmark import DERIVED_FLAGS, Point
+from nlp_bench.spec.benchmark import EXPERT_FLAGS, Point, rendered_derived_flags
 from nlp_bench.spec.megatron.checkout import Checkout, read_checkout
 from nlp_bench.spec.megatron.tables import FlagTable, known_tables, table_for
 from nlp_bench.spec.megatron.translations import (
@@ -21,6 +21,7 @@ from nlp_bench.spec.megatron.translations import (
     reference_table,
     translate,
 )
+from nlp_bench.spec.models import ModelSpec
 from nlp_bench.spec.systems import System
 from nlp_bench.spec.trainers import MEGATRON_LM, REPO_ENV, megatron_checkout
 
@@ -77,7 +78,8 @@ def _made(point: Point, table: FlagTable, exact: bool, needed: list[Translation]
     # a translation's own flags are the newer spelling: a nearest table older than the change lacks them
     # (the tests hold each one to the newest table)
     spelled = set() if exact else {flag for t in used for flag in t.becomes or {}}
-    check_flags(table, [k for k, v in train.items() if v is not False and v is not None and k not in spelled], where)
+    check_flags(table, [k for k, v in train.items() if v is not False and v is not None and k not in spelled], where,
+                rendered_derived_flags(point.layout), point.model if point.model.moe else None)
     provenance: dict[str, Any] = {
         **made_for,
         "flag_table": table.path.name, "flag_table_version": table.version, "flag_table_exact": exact,
@@ -117,9 +119,29 @@ def _lacking(point: Point, table: FlagTable) -> list[str]:
                   and f not in spelled)
 
 
-def check_flags(table: FlagTable, flags: list[str], where: str) -> None:
-    """Refuse a flag this Megatron-LM would stop on, before a job waits in the queue to find out."""
-    strange = sorted({f for f in [*flags, *DERIVED_FLAGS] if f not in table.flags})
-    if strange:
-        raise SpecError(f"{where}: {table.label} has no flag {', '.join('--' + f for f in strange)} (its flags: "
-                        f"{table.path}); drop it for --trainer megatron-lm")
+def check_flags(table: FlagTable, flags: list[str], where: str, derived: set[str],
+                moe: ModelSpec | None = None) -> None:
+    """Refuse a flag this Megatron-LM would stop on, before a job waits in the queue to find out (`derived`: the
+    flags the jobscript derives from the model and layout, rendered_derived_flags). For a mixture-of-experts
+    `moe` model the flags of its experts and their layout are not the user's to drop: the line says that this
+    version lacks them and which kept versions have them."""
+    strange = sorted({f for f in [*flags, *derived] if f not in table.flags})
+    if not strange:
+        return
+    experts = [f for f in strange if moe is not None and _expert_flag(f)]
+    rest = [f for f in strange if f not in experts]
+    lacks = f"{where}: {table.label} has no"
+    if experts:
+        having = [t.version for t in known_tables() if all(f in t.flags for f in experts)]
+        lacks += (f" mixture of experts as model {moe.name} needs it (no {', '.join('--' + f for f in experts)}): use a "
+                  f"Megatron-LM that has it ({', '.join(having) or 'none kept here'}; set {REPO_ENV} to its checkout)")
+        lacks += "; nor" if rest else f" (its flags: {table.path})"
+    if rest:
+        lacks += (f" flag {', '.join('--' + f for f in rest)} (its flags: {table.path}); drop it for --trainer "
+                  "megatron-lm")
+    raise SpecError(lacks)
+
+
+def _expert_flag(flag: str) -> bool:
+    """Whether `flag` is one of Megatron-LM's mixture-of-experts flags (its names say so)."""
+    return flag.startswith("moe-") or flag in ("num-experts", *EXPERT_FLAGS.values())
