@@ -146,6 +146,7 @@ class Point:
             "system_info": {"device": self.system.device, "device_name": self.system.device_name,
                             "devices_per_node": self.system.devices_per_node, "peak_tflops": self.system.peak_tflops,
                             "peak_precision": self.system.peak_precision, "peak_source": self.system.peak_source,
+                            "peaks": self.system.sourced_peaks,
                             "partition": self.system.partition, "executor": self.system.executor},
             "layout": self.layout.to_dict(),
             "trainer": self.trainer,

@@ -82,6 +82,11 @@ class Switches:
     grad_reduce_in_bf16: bool = _flag("grad-reduce-in-bf16", "gradients accumulated and reduced in bf16")
     fp8_format: str | None = _given("Transformer Engine's FP8 GEMMs beside the 16-bit precision: e4m3 or "
                                     "hybrid (--fp8-format)")
+    fp8_recipe: str | None = _given("with fp8, Transformer Engine's scaling: delayed or tensorwise (one scale per "
+                                    "tensor), blockwise (1x128 and 128x128 blocks), mxfp8 (32-element MX blocks, "
+                                    "Blackwell) (--fp8-recipe; Megatron's default delayed)")
+    fp4_format: str | None = _given("Transformer Engine's FP4 GEMMs (--fp4-format e2m1; NVFP4 with --fp4-recipe "
+                                    "nvfp4)", stated=False)
     fp8_param_gather: bool = _flag("fp8-param-gather", "FP8 weights all-gathered in FP8 (needs fp8 and the "
                                    "distributed optimizer)")
     #: fused ops turned off, each with the flag that did it
@@ -106,8 +111,13 @@ class Switches:
 
     @property
     def compute_precision(self) -> str:
-        """The GEMMs' precision: fp8 with Transformer Engine's FP8, else the training precision."""
-        return "fp8" if self.fp8 else self.precision
+        """The GEMMs' precision: nvfp4 with Transformer Engine's FP4, mxfp8 with its MXFP8 recipe, fp8 with its
+        other FP8 recipes (per-tensor or block scales, the FP8 rate), else the training precision."""
+        if self.fp4_format is not None and self.precision == "bf16":
+            return "nvfp4"
+        if self.fp8:
+            return "mxfp8" if self.fp8_recipe == "mxfp8" else "fp8"
+        return self.precision
 
     def problems(self) -> list[str]:
         """Settings Megatron-LM refuses together."""
@@ -128,12 +138,14 @@ TP_COMM_OVERLAP_NEEDS = "tp_comm_overlap needs sequence_parallel (Megatron-LM re
 GATHER_WITH_STEP_NEEDS = ("overlap_param_gather_with_optimizer_step needs overlap_param_gather and the distributed "
                           "optimizer (Megatron-LM refuses it without)")
 FP8_FORMATS = ("e4m3", "hybrid")
+#: Megatron-LM core_v0.20.0's --fp8-recipe choices the planner and MFU tell apart (custom: a user's quantizer)
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 #: the precisions a planner's row states (fp8: bf16 training with Transformer Engine's FP8 GEMMs); the planner
 #: has no fp32 figures to stand on
 STATED_PRECISIONS = ("bf16", "fp16", "fp8")
 #: the choices of the settings that are words
 _CHOICES = {"recompute": RECOMPUTE, "recompute_method": RECOMPUTE_METHODS, "fp8_format": FP8_FORMATS,
-            "precision": STATED_PRECISIONS}
+            "precision": STATED_PRECISIONS, "fp8_recipe": FP8_RECIPES}
 #: the settings a planner's rows file, corpus or table may state, by their field names: those it models
 SETTING_KEYS = tuple(f.name for f in fields(Switches) if f.metadata.get("stated"))
 
@@ -171,6 +183,8 @@ def read_settings(mapping: Mapping[str, Any], base: Switches, where: str) -> Swi
     out = replace(base, **given)
     if out.fp8_format is not None and out.precision != "bf16":
         raise SpecError(f"{where}: fp8_format goes with bf16 training (precision fp8), not {out.precision}")
+    if out.fp8_recipe is not None and not out.fp8:
+        raise SpecError(f"{where}: fp8_recipe goes with precision fp8")
     for problem in out.problems():
         raise SpecError(f"{where}: {problem}")
     return out
@@ -258,7 +272,7 @@ def decode(flags: Mapping[str, Any]) -> Switches:
         **by_flag, precision=precision_of(flags), recompute=recompute, recompute_method=method,
         recompute_num_layers=layers,
         overlap_p2p_comm=bool(get("overlap-p2p-communication")) and not get("no-overlap-p2p-communication"),
-        fp8_format=get("fp8-format") or None,
+        fp8_format=get("fp8-format") or None, fp8_recipe=get("fp8-recipe") or None, fp4_format=get("fp4-format") or None,
         unfused={op: f"--{flag}" for op, flag in UNFUSING_FLAGS.items() if get(flag)},
         layers_per_virtual_stage=None if per_stage is None else int(per_stage),
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from nlp_bench.errors import SpecError, unknown
 from nlp_bench.paths import slurm_dir
+from nlp_bench.spec import peaks as peak_table
 from nlp_bench.spec.switches import DOWNCAST_VARIABLES, PRECISIONS
 from nlp_bench.spec.trainers import BUILTIN, check_trainer
 from nlp_bench.spec.yamlio import check_keys, load_yaml
@@ -22,7 +23,7 @@ _KEYS = {
     "master_port", "data_dir", "intra_node_gbps", "intra_node_pair_gbps", "inter_node_gbps", "memory_bandwidth_gbps", "link_latency_us",
     "sources", "compile_command", "compile_cache", "compile_iters", "trainer", "megatron_lm_repo", "megatron_lm_env",
     "megatron_lm_train", "detected", "peak_precision", "peak_fp8_tflops", "matmul_tflops", "matmul_fp8_tflops",
-    "precision", "neuron_cc_flags",
+    "precision", "neuron_cc_flags", "peaks",
 }
 _REQUIRED = {"name", "device", "devices_per_node", "backend", "launcher", "executor"}
 #: the trainer's --distributed-backend: NCCL, gloo, torch-xla (trn1, trn2, trn3 through torch-neuronx's XLA), or
@@ -48,6 +49,8 @@ class System:
     peak_tflops: float | None = None  # dense per device in peak_precision, for MFU
     peak_precision: str = "bf16"
     peak_fp8_tflops: float | None = None  # dense FP8 per device, where the device has FP8
+    # dense TFLOP/s per precision, each with its source (spec/peaks.py): from the `peaks:` block, else the two above
+    peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the dense GEMM rates the device was measured to reach (BF16, FP8), which the planner times matrix
     # products against; unset: the device table's measurement, else a share of the peak (matmul_rate)
     matmul_tflops: float | None = None
@@ -93,12 +96,25 @@ class System:
         device and figure; None where neither says."""
         if self.sources.get("peak_tflops"):
             return self.sources["peak_tflops"]
+        if (self.peaks.get(self.peak_precision) or {}).get("source"):
+            return self.peaks[self.peak_precision]["source"]
         from nlp_bench.spec.devices import find_device
 
         device = find_device(self.device_name) if self.device == "cuda" else None
         if device is not None and self.peak_tflops == device.peak_tflops:
             return f"{device.source} (device table)"
         return None
+
+    @property
+    def sourced_peaks(self) -> dict[str, dict[str, Any]]:
+        """The peaks per precision, the main one's source filled in as peak_source finds it."""
+        return {p: {**e, "source": e["source"] or (self.peak_source if p == self.peak_precision else None)}
+                for p, e in self.peaks.items()}
+
+    def peak(self, precision: str) -> tuple[peak_table.Peak | None, str | None]:
+        """The dense peak a run whose GEMMs run in `precision` is measured against, or why there is none
+        (peaks.choose_peak)."""
+        return peak_table.choose_peak(self.sourced_peaks, precision, self.peak_precision)
 
     def _table_entry(self):
         """The device table's entry for this profile's device, where the profile's peak is the table's (a
@@ -108,13 +124,21 @@ class System:
         device = devices.find_device(self.device_name) if self.device == "cuda" else None
         return device if device is not None and self.peak_tflops in (None, device.peak_tflops) else None
 
-    def matmul_rate(self, fp8: bool = False) -> tuple[float | None, str]:
+    def matmul_rate(self, fp8: bool = False, precision: str | None = None) -> tuple[float | None, str]:
         """(TFLOP/s, where it comes from) of a large GEMM in 16 bits or FP8: the profile's measurement, the
         device table's (where the profile's peak is the table's: a profile with another peak is another part
         or clock), or where neither has one, devices.MATMUL_FRACTION (MATMUL_FP8_FRACTION) of the peak; None
-        where the profile has no peak either."""
+        where the profile has no peak either. A `precision` narrower than FP8's recipes with a peak of its own
+        (mxfp8, nvfp4 in a `peaks:` block) scales the FP8 rate by its peak over FP8's."""
         from nlp_bench.spec import devices
 
+        if precision in ("mxfp8", "nvfp4") and precision in self.peaks:
+            rate, source = self.matmul_rate(fp8=True)
+            own, fp8_peak = self.peaks[precision]["tflops"], self.peak_fp8_tflops
+            if rate is None or fp8_peak is None:
+                rate, source = own * devices.MATMUL_FP8_FRACTION, f"{devices.MATMUL_FP8_FRACTION:g} of its peak assumed"
+                return rate, f"no measured GEMM rate for {self.device_name or self.name} in {precision}: {source}"
+            return rate * own / fp8_peak, f"{source}, times its {precision} peak over its fp8 peak"
         key = "matmul_fp8_tflops" if fp8 else "matmul_tflops"
         if getattr(self, key) is not None:
             return getattr(self, key), self.sources.get(key, f"the profile's {key}")
@@ -254,4 +278,5 @@ def _parse_system(path: Path, _mtime_ns: int, name: str) -> System:
         if not isinstance(data.get(key) or {}, dict):
             raise SpecError(f"{path}: {key} must be a mapping")
     _check_site_values(data, path)
+    data.update(peak_table.read_peaks(data, path, (data.get("sources") or {}).get("peak_tflops")))
     return System(**{k: v for k, v in data.items() if v is not None}, profile_path=str(path))
