@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from nlp_bench import flops
 from nlp_bench.analysis.log_record import AUX_LOSSES
 from nlp_bench.analysis.parsers import Record
+from nlp_bench.spec.peaks import choose_peak
 
 
 @dataclass
@@ -51,21 +52,29 @@ class Summary:
         return asdict(self)
 
 
-def mfu_basis(system: str, system_info: dict, shape: flops.Shape | None = None) -> tuple[dict | None, str | None]:
+def mfu_basis(system: str, system_info: dict, shape: flops.Shape | None = None,
+              precision: str | None = None) -> tuple[dict | None, str | None]:
     """The peak an MFU divides by, named, or why the system gives none: an MFU against a guessed peak (an
-    unknown GPU taken for an A100, a sparse figure taken for a dense one) reads as 100%+ or as half the truth.
-    A model with experts (`shape`) says its FLOPs count the active parameters only: its MFU is not comparable
-    with one over all its parameters."""
-    peak = system_info.get("peak_tflops")
+    unknown GPU taken for an A100, a sparse figure taken for a dense one, the BF16 peak for an FP8 run) reads
+    as 100%+ or as half the truth. `precision` is what the run's GEMMs run in (Switches.compute_precision):
+    its own peak where the profile has one (spec/peaks.py); None: the profile's single peak, as before peaks
+    per precision. A model with experts (`shape`) says its FLOPs count the active parameters only: its MFU is
+    not comparable with one over all its parameters."""
     device = system_info.get("device_name") or system_info.get("device") or "?"
-    if not peak:
+    if not system_info.get("peak_tflops") and not system_info.get("peaks"):
         return None, f"no MFU: system profile {system} gives no peak_tflops for its device ({device})"
+    main = system_info.get("peak_precision", "bf16")
+    table = system_info.get("peaks") or {main: {"tflops": system_info["peak_tflops"], "source": system_info.get("peak_source")}}
+    peak, why = choose_peak(table, precision or main, main)
+    if peak is None:
+        return None, f"no MFU: system profile {system}: {why} ({device})"
     experts = shape is not None and shape.moe_layers > 0
     counts = {"formula": flops.MOE_FORMULA, "parameters": "active", "counts": flops.MOE_MFU_BASIS} if experts \
         else {"formula": flops.FORMULAS[flops.MEGATRON_MODEL]}
-    return {"flops": flops.MEGATRON_MODEL, **counts, "peak_tflops": peak,
-            "device": device, "precision": system_info.get("peak_precision", "bf16"), "dense": True,
-            "source": system_info.get("peak_source") or f"system profile {system} (no source recorded)"}, None
+    return {"flops": flops.MEGATRON_MODEL, **counts, "peak_tflops": peak.tflops,
+            "device": device, "precision": peak.precision, "run_precision": peak.run_precision, "dense": True,
+            **({"peak_note": peak.note} if peak.note else {}),
+            "source": peak.source or f"system profile {system} (no source recorded)"}, None
 
 
 def tokens_per_s(global_batch_size: int, seq_length: int, iteration_time_s: float) -> float:

@@ -81,7 +81,7 @@ def analyse_point(point_dir: Path, force: bool = False, notes: list[str] | None 
         parsed = parsers.Parsed(None, [])
     records, seq_length = parsed.records, point.seq_length
     shape = shape_of(point)
-    basis, note = metrics.mfu_basis(point.system, point.system_info, shape)
+    basis, note = metrics.mfu_basis(point.system, point.system_info, shape, decode(point.train).compute_precision)
     summary = metrics.summarise(records, seq_length, point.global_batch_size, shape,
                                 point.layout["world"], basis and basis["peak_tflops"])
     if summary is not None:

@@ -239,7 +239,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         latency=(system.link_latency_us or 0.0) * 1e-6, matmul=system.matmul_rate()[0] * 1e12,
         memory_bandwidth=system.memory_bandwidth_gbps * 1e9,
         fp8_flops=linear_share if on.fp8 else 0.0,
-        fp8_matmul=_fp8_matmul(system) if on.fp8 else 0.0,
+        fp8_matmul=_fp8_matmul(system, on.compute_precision) if on.fp8 else 0.0,
         **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
         **_attention_core(model, c, system, per_layer * layers - linear_share),
         **_overlap_chunks(model, c, linear_share, min(h / lay.tp, tokens / lay.tp)))
@@ -315,8 +315,8 @@ def _attention_core(model: ModelSpec, c: Candidate, system: System, core_flops: 
     return {"attention_flops": core_flops, "attention_rate": rate * 1e12 / 2} if rate else {}
 
 
-def _fp8_matmul(system: System) -> float:
-    rate = system.matmul_rate(fp8=True)[0]
+def _fp8_matmul(system: System, precision: str = "fp8") -> float:
+    rate = system.matmul_rate(fp8=True, precision=precision)[0]
     if rate is None:
         raise NotPlannable(f"system {system.name!r} has no peak_fp8_tflops or matmul_fp8_tflops: the planner "
                            "cannot time FP8 on it")

@@ -44,8 +44,9 @@ def _bases(results: dict[tuple[str, str], dict]) -> tuple[list[str], list[str]]:
         summary = result.get("summary") or {}
         basis = summary.get("mfu_basis")
         if basis:
+            runs = basis.get("run_precision") or basis["precision"]
             mfu.add(f"{basis['device']}: {basis['peak_tflops']} TFLOP/s dense {basis['precision']} per device "
-                    f"({basis['source']})")
+                    f"({basis['source']}) for {runs} runs" + (f" ({basis['peak_note']})" if basis.get("peak_note") else ""))
         elif summary.get("mfu_note"):
             mfu.add(summary["mfu_note"])
         found = result.get("energy") or {}

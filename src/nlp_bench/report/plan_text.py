@@ -93,9 +93,10 @@ def _basis(calibrated: bool, base, width: int | None = None) -> str:
               else "device memory not in the profile")
     rate, source = base.system.matmul_rate()
     gemms = f"; GEMMs timed against {rate:g} TFLOP/s ({_short(source)})" if rate is not None else ""
-    fp8, fp8_source = base.system.matmul_rate(fp8=True)
-    if base.candidate.switches.fp8 and fp8 is not None:
-        gemms += f", FP8 linear layers against {fp8:g} ({_short(fp8_source)})"
+    on = base.candidate.switches
+    fp8, fp8_source = base.system.matmul_rate(fp8=True, precision=on.compute_precision)
+    if on.fp8 and fp8 is not None:
+        gemms += f", {on.compute_precision.upper()} linear layers against {fp8:g} ({_short(fp8_source)})"
     return wrap(f"{base.model.name} on {base.system.name} ({base.system.devices_per_node} x "
                 f"{base.system.device_name or base.system.device}, {memory}); predictions {how}{gemms}", width) + "\n"
 
@@ -104,7 +105,7 @@ def _short(source: str) -> str:
     """A matmul rate's basis in a few words: measured (where) or assumed."""
     if source.startswith("no measured"):
         return source.split(": ", 1)[1]
-    return "measured, device table" if source.endswith("(device table)") else "measured, system profile"
+    return "measured, device table" if "(device table)" in source else "measured, system profile"
 
 
 def _batch(shown: list, base) -> str:
