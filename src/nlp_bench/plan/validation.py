@@ -180,6 +180,10 @@ class Trust:
     checked: list[HeldOutRow]
     #: the rows as each way of holding out predicted them (HELD_OUT's ways; "publication" is `checked`)
     held_out: dict[str, list[HeldOutRow]] = field(default_factory=dict)
+    #: carried intervals already worked out, by system, device, scale band and extrapolation: ranking asks
+    #: for the same few thousands of times
+    _carried: dict[tuple[str, str, str, bool], tuple[float, float]] = field(default_factory=dict, repr=False,
+                                                                             compare=False)
 
     @property
     def median_abs_error(self) -> float:
@@ -213,7 +217,10 @@ class Trust:
         docstring); without a system, the publication-held-out interval alone."""
         if system is None or devices is None:
             return self.error_low, self.error_high
-        return carried(self.held_out, system.name, system.device_name, devices, extrapolated)
+        key = (system.name, system.device_name, scale_band(devices), extrapolated)
+        if key not in self._carried:
+            self._carried[key] = carried(self.held_out, system.name, system.device_name, devices, extrapolated)
+        return self._carried[key]
 
     def interval(self, tokens_per_s: float, system: System | None = None, devices: int | None = None,
                  extrapolated: bool = False) -> tuple[float, float]:
