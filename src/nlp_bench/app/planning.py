@@ -167,19 +167,33 @@ def target(results_dir: Path, benchmark: str, tag: str | None, system: str | Non
 
 
 def validate(results_dir: Path) -> dict:
-    """`bench plan validate`: each publication's rows predicted by a fit on the other publications', and
-    checked against the interval the others' errors give."""
+    """`bench plan validate`: each publication's rows predicted by a fit on the other publications' (and each
+    system's and scale band's by a fit without it), checked against the interval the other kinds' errors give,
+    and each row against the interval its kind would carry were its publication unseen."""
     basis = trust(results_dir)
+    by_way = {way: {c.id: c for c in found} for way, found in basis.held_out.items()}
+    carried = {c.id: (low, high) for c, low, high in basis.carried_check()}
     rows = [{"id": c.id, "publication": c.publication, "source": c.source, "model": c.model, "system": c.system,
-             "nodes": c.nodes, "tp": c.tp, "pp": c.pp, "dp": c.dp, "measured": round(c.measured, 1),
-             "predicted": round(c.predicted, 1), "error": round(c.error, 4),
-             "interval": [round(c.others_low, 4), round(c.others_high, 4)], "inside": c.inside}
+             "nodes": c.nodes, "gpus": c.devices, "scale": validation.scale_band(c.devices), "tp": c.tp, "pp": c.pp,
+             "dp": c.dp, "measured": round(c.measured, 1), "predicted": round(c.predicted, 1),
+             "error": round(c.error, 4), "interval": [round(c.others_low, 4), round(c.others_high, 4)],
+             "inside": c.inside,
+             "held_out_errors": {way: round(found[c.id].error, 4) for way, found in by_way.items()},
+             "carried_interval": [round(v, 4) for v in carried[c.id]],
+             "carried_inside": carried[c.id][0] <= c.error <= carried[c.id][1]}
             for c in basis.checked]
+    kinds = {way: [k.to_dict() for k in found] for way, found in basis.kinds().items()}
+    worst = {way: max(found, key=lambda k: (k["median_abs_error"], -k["coverage"])) for way, found in kinds.items()}
+    half = [(1 / (1 + low) - 1 / (1 + high)) / 2 for low, high in carried.values()]
     found = memory_check()
-    return {"held_out": "publication", "publications": basis.publications, "rows": rows, **found,
+    return {"held_out": "publication", "held_out_ways": list(basis.held_out), "publications": basis.publications,
+            "rows_at_1000_gpus_or_more": sum(c.devices >= 1000 for c in basis.checked), "rows": rows, **found,
             "median_abs_error": round(basis.median_abs_error, 4), "max_abs_error": round(basis.max_abs_error, 4),
             "coverage": round(basis.coverage, 4), "mean_interval_half_width": round(basis.mean_half_width, 4),
             "error_quantiles": [round(basis.error_low, 4), round(basis.error_high, 4)],
+            "kinds": kinds, "worst_kind": worst,
+            "carried_coverage": round(sum(r["carried_inside"] for r in rows) / len(rows), 4),
+            "carried_mean_half_width": round(sum(half) / len(half), 4),
             "efficiency": basis.efficiency.to_dict(), "pinned": basis.pinned}
 
 

@@ -17,14 +17,17 @@ from nlp_bench.paths import reference_dir
 from nlp_bench.plan.candidate import STATED_START, Candidate
 from nlp_bench.plan.points import Planned
 from nlp_bench.spec.layout import LAYOUT_FIELDS, Layout
-from nlp_bench.spec.models import ModelSpec, get_model
+from nlp_bench.spec.models import ModelSpec, get_model, pad_vocab
 from nlp_bench.spec.switches import read_settings
 from nlp_bench.spec.systems import System, load_system
 from nlp_bench.spec.yamlio import load_yaml
 
 CORPUS_FILE = "planner-corpus.yaml"
 _MEASURES = ("iteration_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu")
-_CONVENTIONS = {"narayanan"}  # 96·B·s·L·h²(1 + s/6h + V/16Lh): flops.jupiter_flops with recompute
+#: narayanan: 96·B·s·L·h²(1 + s/6h + V/16Lh), flops.jupiter_flops with recompute; megatron-0.9: Megatron-LM
+#: 0.9's num_floating_point_operations, which counts the whole attention score matrix (12·B·s²·L·h where
+#: later versions count the causal half) and the padded vocabulary
+_CONVENTIONS = {"narayanan", "megatron-0.9"}
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,13 @@ def _tokens_per_s(row: dict[str, Any], model: ModelSpec, c: Candidate, where: st
         return tokens / value
     if row.get("flops") not in _CONVENTIONS:
         raise PlanError(f"{where}: tflops_per_gpu needs flops: one of {', '.join(sorted(_CONVENTIONS))}")
-    shape = model.flops_shape(c.layout.global_batch_size, model.vocab_size, recompute=True)
-    seconds = flops.jupiter_flops(shape) / (c.layout.world * value * 1e12)
+    if row["flops"] == "narayanan":
+        count = flops.jupiter_flops(model.flops_shape(c.layout.global_batch_size, model.vocab_size, recompute=True))
+    else:
+        b, s = c.layout.global_batch_size, model.seq_length
+        count = (flops.megatron_model_flops(model.flops_shape(b, pad_vocab(model.vocab_size, c.layout.tp)))
+                 + 6.0 * b * s * s * model.hidden_size * model.num_layers)
+    seconds = count / (c.layout.world * value * 1e12)
     return tokens / seconds
 
 

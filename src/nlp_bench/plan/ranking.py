@@ -70,8 +70,8 @@ def predict(model: ModelSpec, system: System, c: Candidate, eff: timing.Efficien
     low = high = None
     outside: tuple[str, ...] = ()
     if trust is not None:
-        low, high = trust.interval(tokens)
         outside = tuple(trust.ranges.outside(model, system, c, vocab))
+        low, high = trust.interval(tokens, system, c.layout.world, bool(outside))
     reason = ""
     if system.device_memory_gib is not None and gib > system.device_memory_gib:
         reason = f"needs {gib:.1f} GiB per device, {system.device_memory_gib:g} GiB available"

@@ -10,6 +10,14 @@ the 5th and 95th percentiles of the same errors would hold about 0.90 · (n - 1)
 n = 40. Its coverage is checked the same way: each publication's rows against the interval the other
 publications' errors give.
 
+Publications are not the only thing a new prediction can be unlike: it can run on more GPUs than any row, or
+on another system. So the corpus is held out three ways (`HELD_OUT`): by publication, by system profile,
+and by scale band (each band predicted by a fit on the rows below it, as a user extrapolates to more GPUs
+than were measured). The interval a prediction carries is the widest of the publication-held-out interval,
+its scale band's and its system's (each from that way's held-out errors); one outside every fitted kind (a
+scale above the corpus, a device the corpus lacks, any other extrapolation) carries the widest interval any
+held-out kind gave.
+
 Each held-out source refits the model, which takes seconds; the result depends only on the corpus file,
 the system profiles and the model's code, so it is kept (results/plan/corpus-validation.json, keyed by a
 digest of them) and recomputed only when one changes.
@@ -25,7 +33,7 @@ import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nlp_bench import flops
@@ -35,11 +43,27 @@ from nlp_bench.plan import calibrate, candidate, corpus, memory, timing
 from nlp_bench.plan.corpus import CorpusRow, Ranges, corpus_path, load_corpus, ranges
 from nlp_bench.spec import devices, models, systems
 from nlp_bench.spec.models import pad_vocab
-from nlp_bench.spec.systems import systems_dir
+from nlp_bench.spec.systems import System, systems_dir
 
 #: The share of new rows an interval is to hold: half of the rest lies below it, half above.
 COVERAGE = 0.90
 _CACHE = "corpus-validation.json"
+#: The ways the corpus is held out: whole publications, whole system profiles, whole scale bands.
+HELD_OUT = ("publication", "system", "scale")
+#: The scale bands' lower edges in GPUs of the whole run: a network's costs change with the nodes it spans
+#: (intra-node, one leaf switch of a fat tree, several, thousands of GPUs), so each band is a kind of its own.
+SCALE_EDGES = (1, 256, 1024, 4096)
+
+
+def scale_band(devices: int) -> str:
+    """The scale band a run of `devices` GPUs belongs to, in words ("1024-4095 GPUs")."""
+    low = max(e for e in SCALE_EDGES if e <= max(devices, 1))
+    higher = [e for e in SCALE_EDGES if e > low]
+    return f"{low}-{higher[0] - 1} GPUs" if higher else f"{low}+ GPUs"
+
+
+def _band_floor(band: str) -> int:
+    return int(band.split("-")[0].split("+")[0])
 
 
 def _work(row: CorpusRow) -> timing.Work:
@@ -83,9 +107,14 @@ class HeldOutRow:
     measured: float
     predicted: float
     publication: str = ""
-    #: the held-out error quantiles of the other publications: the interval this row is checked against
+    #: the held-out error quantiles of the other kinds (publications, systems or scale bands, as the row was
+    #: held out): the interval this row is checked against
     others_low: float = 0.0
     others_high: float = 0.0
+    #: GPUs of the whole run, the device's name, and the kind the row was held out with
+    devices: int = 0
+    device: str = ""
+    kind: str = ""
 
     @property
     def error(self) -> float:
@@ -109,6 +138,37 @@ def _interval(errors: list[float]) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
+class KindSummary:
+    """How one held-out kind (a publication, a system, a scale band) was predicted by fits that never saw it."""
+
+    held_out: str
+    kind: str
+    rows: int
+    median_abs_error: float
+    max_abs_error: float
+    #: the share of its rows inside the interval the other kinds' errors give
+    coverage: float
+    #: the split-conformal interval of its own held-out errors: what a prediction of this kind carries
+    interval: tuple[float, float]
+
+    def to_dict(self) -> dict:
+        return {"held_out": self.held_out, "kind": self.kind, "rows": self.rows,
+                "median_abs_error": round(self.median_abs_error, 4), "max_abs_error": round(self.max_abs_error, 4),
+                "coverage": round(self.coverage, 4), "interval": [round(v, 4) for v in self.interval]}
+
+
+def summarise_kinds(way: str, checked: list[HeldOutRow]) -> list[KindSummary]:
+    """Each kind of one way of holding out (`way`), in the order first seen."""
+    out = []
+    for name in dict.fromkeys(c.kind for c in checked):
+        mine = [c for c in checked if c.kind == name]
+        errors = [abs(c.error) for c in mine]
+        out.append(KindSummary(way, name, len(mine), statistics.median(errors), max(errors),
+                               sum(c.inside for c in mine) / len(mine), _interval([c.error for c in mine])))
+    return out
+
+
+@dataclass(frozen=True)
 class Trust:
     """What every prediction carries: the corpus fit, the interval its errors give, the corpus's ranges."""
 
@@ -118,6 +178,12 @@ class Trust:
     error_high: float
     ranges: Ranges
     checked: list[HeldOutRow]
+    #: the rows as each way of holding out predicted them (HELD_OUT's ways; "publication" is `checked`)
+    held_out: dict[str, list[HeldOutRow]] = field(default_factory=dict)
+    #: carried intervals already worked out, by system, device, scale band and extrapolation: ranking asks
+    #: for the same few thousands of times
+    _carried: dict[tuple[str, str, str, bool], tuple[float, float]] = field(default_factory=dict, repr=False,
+                                                                             compare=False)
 
     @property
     def median_abs_error(self) -> float:
@@ -141,36 +207,105 @@ class Trust:
     def publications(self) -> int:
         return len({c.publication for c in self.checked})
 
-    def interval(self, tokens_per_s: float) -> tuple[float, float]:
-        """Where the measured tokens/s lies, from the predicted, if the model errs as it did on the corpus."""
-        return tokens_per_s / (1 + self.error_high), tokens_per_s / (1 + self.error_low)
+    def kinds(self) -> dict[str, list[KindSummary]]:
+        """Per way of holding out, each kind's held-out errors."""
+        return {way: summarise_kinds(way, found) for way, found in self.held_out.items()}
+
+    def error_interval(self, system: System | None = None, devices: int | None = None,
+                       extrapolated: bool = False) -> tuple[float, float]:
+        """The held-out error interval a prediction of `devices` GPUs on `system` carries (see the module's
+        docstring); without a system, the publication-held-out interval alone."""
+        if system is None or devices is None:
+            return self.error_low, self.error_high
+        key = (system.name, system.device_name, scale_band(devices), extrapolated)
+        if key not in self._carried:
+            self._carried[key] = carried(self.held_out, system.name, system.device_name, devices, extrapolated)
+        return self._carried[key]
+
+    def interval(self, tokens_per_s: float, system: System | None = None, devices: int | None = None,
+                 extrapolated: bool = False) -> tuple[float, float]:
+        """Where the measured tokens/s lies, from the predicted, if the model errs as it did on the held-out
+        kinds the prediction belongs to."""
+        low, high = self.error_interval(system, devices, extrapolated)
+        return tokens_per_s / (1 + high), tokens_per_s / (1 + low)
+
+    def carried_check(self) -> list[tuple[HeldOutRow, float, float]]:
+        """Each row's publication-held-out error with the interval its kind would carry were its publication
+        not in the corpus: how often the intervals predictions carry hold on a publication not seen."""
+        out = []
+        for c in self.checked:
+            low, high = carried(self.held_out, c.system, c.device, c.devices, False, without=c.publication)
+            out.append((c, low, high))
+        return out
+
+
+def carried(held_out: dict[str, list[HeldOutRow]], system: str, device: str, devices: int, extrapolated: bool,
+            without: str = "") -> tuple[float, float]:
+    """The widest of the publication-held-out interval, the scale band's and the system's (the profile's
+    rows, else those of its device); where the band or the system has no row, or the prediction
+    extrapolates, the widest any held-out kind gave. `without` leaves a publication's rows out."""
+    def errors(way: str, keep: Callable[[HeldOutRow], bool] = lambda c: True) -> list[float]:
+        return [c.error for c in held_out.get(way, []) if c.publication != without and keep(c)]
+
+    band = scale_band(devices)
+    scale = errors("scale", lambda c: c.kind == band)
+    on_system = errors("system", lambda c: c.system == system) or errors("system", lambda c: c.device == device)
+    found = [_interval(e) for e in (errors("publication"), scale, on_system) if e]
+    if extrapolated or not scale or not on_system:
+        found += [_interval(errors(way, lambda c, k=k: c.kind == k))
+                  for way, rows in held_out.items() for k in dict.fromkeys(c.kind for c in rows)
+                  if errors(way, lambda c, k=k: c.kind == k)]
+    if not found:
+        return 0.0, 0.0
+    return min(f[0] for f in found), max(f[1] for f in found)
+
+
+def _kind(row: CorpusRow, way: str) -> str:
+    if way == "publication":
+        return row.publication
+    if way == "system":
+        return row.planned.system.name
+    return scale_band(row.candidate.layout.world)
+
+
+def hold_out(rows: list[CorpusRow], way: str = "publication",
+             progress: Callable[[int, int], None] | None = None) -> list[HeldOutRow]:
+    """Each kind's rows (a publication's, a system's, a scale band's) predicted by a fit on the other kinds'
+    rows, each checked against the interval the other kinds' held-out errors give. A scale band is fitted
+    on the rows below it (a user extrapolates to more GPUs than were measured); the lowest on those above."""
+    kinds = list(dict.fromkeys(_kind(r, way) for r in rows))
+    if len(kinds) < 2:
+        raise PlanError(f"the planner corpus needs rows of two {way}s at least to hold one out")
+    predicted: list[tuple[CorpusRow, float]] = []
+    for i, name in enumerate(kinds):
+        if progress:
+            progress(i, len(kinds))
+        basis = [r for r in rows if _kind(r, way) != name and r.fitted]
+        if way == "scale":
+            below = [r for r in basis if r.candidate.layout.world < _band_floor(name)]
+            basis = below or basis
+        if not basis:
+            raise PlanError(f"the planner corpus has no row that states every input outside {name}: nothing "
+                            "to fit on while it is held out")
+        fitted = fit_rows(basis)
+        predicted += [(r, predict_row(r, fitted.efficiency)) for r in rows if _kind(r, way) == name]
+    out = []
+    for row, value in predicted:
+        mine = _kind(row, way)
+        others = [v / r.tokens_per_s - 1 for r, v in predicted if _kind(r, way) != mine]
+        low, high = _interval(others)
+        c = row.candidate
+        out.append(HeldOutRow(row.id, row.source, row.planned.model.name, row.planned.system.name, c.layout.nodes,
+                              c.layout.tp, c.layout.pp, c.layout.dp, row.tokens_per_s, value, row.publication, low,
+                              high, c.layout.world, row.planned.system.device_name, mine))
+    return out
 
 
 def leave_one_source_out(rows: list[CorpusRow],
                          progress: Callable[[int, int], None] | None = None) -> list[HeldOutRow]:
     """Each publication's rows predicted by a fit on the others', each checked against the interval the
     others' held-out errors give."""
-    publications = list(dict.fromkeys(r.publication for r in rows))
-    if len(publications) < 2:
-        raise PlanError("the planner corpus needs rows from two publications at least to hold one out")
-    predicted: list[tuple[CorpusRow, float]] = []
-    for i, name in enumerate(publications):
-        if progress:
-            progress(i, len(publications))
-        basis = [r for r in rows if r.publication != name and r.fitted]
-        if not basis:
-            raise PlanError(f"the planner corpus has no row that states every input outside {name}: nothing "
-                            "to fit on while it is held out")
-        held_out = fit_rows(basis)
-        predicted += [(r, predict_row(r, held_out.efficiency)) for r in rows if r.publication == name]
-    out = []
-    for row, value in predicted:
-        others = [v / r.tokens_per_s - 1 for r, v in predicted if r.publication != row.publication]
-        low, high = _interval(others)
-        c = row.candidate
-        out.append(HeldOutRow(row.id, row.source, row.planned.model.name, row.planned.system.name, c.layout.nodes, c.layout.tp,
-                              c.layout.pp, c.layout.dp, row.tokens_per_s, value, row.publication, low, high))
-    return out
+    return hold_out(rows, "publication", progress)
 
 
 def _digest(path: Path) -> str:
@@ -204,13 +339,13 @@ def corpus_trust(results_dir: Path | None, progress: Callable[[int, int], None] 
     stored = _cached(cache)
     if stored.get("digest") == key:
         eff, pinned = timing.Efficiency(**stored["efficiency"]), stored["pinned"]
-        checked = [HeldOutRow(**c) for c in stored["checked"]]
+        held = {way: [HeldOutRow(**c) for c in found] for way, found in stored["held_out"].items()}
     else:
         whole = fit_rows([r for r in rows if r.fitted])
         eff, pinned = whole.efficiency, whole.pinned
-        checked = leave_one_source_out(rows, progress)
-    low, high = _interval([c.error for c in checked])
-    result = Trust(eff, pinned, low, high, ranges(rows), checked)
+        held = {way: hold_out(rows, way, progress) for way in HELD_OUT}
+    low, high = _interval([c.error for c in held["publication"]])
+    result = Trust(eff, pinned, low, high, ranges(rows), held["publication"], held)
     if cache is not None and stored.get("digest") != key:
         _store(cache, key, result)
     _MEMO[key] = result
@@ -230,4 +365,4 @@ def _store(cache: Path, key: str, found: Trust) -> None:
     """Keep the validation where the results folder can hold it (a full or read-only one is no error)."""
     with contextlib.suppress(OSError):
         write_json_atomic(cache, {"digest": key, "efficiency": found.efficiency.to_dict(), "pinned": found.pinned,
-                                  "checked": [asdict(c) for c in found.checked]})
+                                  "held_out": {way: [asdict(c) for c in rows] for way, rows in found.held_out.items()}})

@@ -202,6 +202,12 @@ def render_validation(found: dict, width: int | None = None) -> str:
              f"predicted to fit in their devices' memory; {found['oom_predicted_not_to_fit'][0]} of the "
              f"{found['oom_predicted_not_to_fit'][1]} published layouts with no figure (taken as out of memory) "
              "predicted not to fit (results/reference/planner-memory.yaml)",
+             *(f"held out by {way}: worst {k['kind']} (median {100 * k['median_abs_error']:.1f}%, largest "
+               f"{100 * k['max_abs_error']:.1f}%, {100 * k['coverage']:.0f}% inside the other {way} kinds' interval; "
+               f"{len(found['kinds'][way])} kinds)" for way, k in found.get("worst_kind", {}).items()),
+             *([f"the intervals predictions carry (their scale band's and system's), each row's publication unseen: "
+                f"{100 * found['carried_coverage']:.0f}% of rows inside, mean half-width "
+                f"±{100 * found['carried_mean_half_width']:.1f}%"] if "carried_coverage" in found else []),
              f"fit on all rows: GEMM efficiency {eff['gemm']:.3f} (half size {eff['gemm_half']:.0f}), "
              f"network {eff['network']:.3f}, memory {eff['memory']:.3f}",
              *(f"the fit ended on a bound: {line}" for line in found["pinned"])]

@@ -33,7 +33,7 @@ def test_a_dry_run_prints_its_prediction_in_one_line(bench, results):
 
 
 def test_an_extrapolated_prediction_says_so_and_what_lies_outside(bench, results):
-    out = bench("run", "--tag", "llama3-8b", "--dry-run")
+    out = bench("run", "--tag", "gpu-small", "--dry-run")
     assert out.exit_code == 0, out.output
     found = _prediction(results)
     assert found["extrapolated"] and found["outside_corpus"], found
