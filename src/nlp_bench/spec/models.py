@@ -164,9 +164,14 @@ class ModelSpec:
 
     def linear_weights(self) -> int:
         """One transformer layer's weight matrices: query, key/value and output projections, the MLP (what FP8
-        recipes run and may keep in FP8)."""
+        recipes run and may keep in FP8). With experts or latent attention, a token's share averaged over the
+        layers: the attention's projections, the dense MLP or the shared experts and the top-k routed experts
+        it is sent to (the weights its FLOPs multiply)."""
         h, f = self.hidden_size, self.ffn_hidden_size
-        return h * h + h * 2 * self.query_groups * self.head_dim + h * h + (3 if self.swiglu else 2) * h * f
+        if self.moe is None and self.mla is None:
+            return h * h + h * 2 * self.query_groups * self.head_dim + h * h + (3 if self.swiglu else 2) * h * f
+        pattern = self.moe.layer_pattern(self.num_layers) if self.moe else (0,) * self.num_layers
+        return round(sum(self._layer(bool(moe), active=True) - 2 * self._norm(h) for moe in pattern) / self.num_layers)
 
     def layer_parameters(self, biases: bool = True) -> int:
         """One transformer layer: query, key/value and output projections, the MLP, two norms; the linear
@@ -219,6 +224,22 @@ class ModelSpec:
             mlp = router + experts + (self._mlp(e.shared_expert_intermediate_size)
                                       if e.shared_expert_intermediate_size else 0)
         return self._attention() + mlp + 2 * self._norm(h)
+
+    def layer_split(self, moe_layer: bool) -> tuple[int, int]:
+        """One layer's parameters as Megatron-core places them: (those split over tp or kept whole on every
+        rank: attention, norms, router, shared experts or the dense MLP; the routed experts, split over
+        expert tp x ep). A dense layer's second part is 0."""
+        whole = self._layer(moe_layer, active=False)
+        routed = self.moe.num_experts * self._mlp(self.moe.ffn_hidden_size) if moe_layer and self.moe else 0
+        return whole - routed, routed
+
+    def mtp_split(self) -> tuple[int, int]:
+        """One multi-token prediction module's parameters, split as `layer_split` splits a layer: its norms
+        and joint projection 2h -> h beside a layer like the model's last (embedding and output layer shared)."""
+        h = self.hidden_size
+        pattern = self.moe.layer_pattern(self.num_layers) if self.moe else (0,)
+        rest, routed = self.layer_split(bool(pattern[-1]))
+        return rest + 3 * self._norm(h) + 2 * h * h, routed
 
     def _layers(self, active: bool, mtp: bool) -> int:
         pattern = self.moe.layer_pattern(self.num_layers) if self.moe else (0,) * self.num_layers
