@@ -305,7 +305,7 @@ def parallel_violations(*, world: int, tp: int, pp: int, num_layers: int, num_at
             need(seq_length % tp == 0, "sp-seq", lambda: f"sequence parallelism needs tp {tp} to divide the sequence "
                                                  f"length {seq_length}")
     if ep > 1 or etp is not None:
-        out.extend(_expert_violations(world, tp if etp is None else etp, ep, pp, num_experts))
+        out.extend(expert_violations(world, tp if etp is None else etp, ep, pp, num_experts))
     interleaved = _interleaving(need, num_layers, pp, chunks, layers_per_chunk, uneven)
     dp = data_parallel_size(world, tp, pp, cp) if tiles(world, tp, pp, cp) else None
     if dp is not None and global_batch_size is not None and micro_batch_size is not None:
@@ -360,7 +360,7 @@ def _uneven_violations(num_layers: int, pp: int, chunks: int, first: int | None,
     return []
 
 
-def _expert_violations(world: int, etp: int, ep: int, pp: int, num_experts: int | None) -> list[Violation]:
+def expert_violations(world: int, etp: int, ep: int, pp: int, num_experts: int | None) -> list[Violation]:
     """The expert grid's rules: etp x ep x pp must tile the world (Megatron-core's expert grid; with whole
     stages, etp x ep must divide the tp x cp x dp ranks of each), and ep must divide the experts."""
     out = []
