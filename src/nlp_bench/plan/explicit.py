@@ -177,10 +177,10 @@ def read_row(row: Any, index: int, source: str) -> Row:
     layout = Layout(nodes, per_node, gas=1, **{"tp": 1, "pp": 1, "mbs": 1,
                                                **{field: row[key] for key, field in ROW_SIZES.items() if key in row}})
     stated = {"model": model.name, "system": system.name, "nodes": nodes, "tp": layout.tp, "pp": layout.pp,
-              "cp": layout.cp, "vp": layout.vp, "mbs": layout.mbs, "ep": layout.ep, "etp": layout.expert_tp,
-              "global_batch_size": row["global_batch_size"],
+              "cp": layout.cp, "vp": layout.vp, "mbs": layout.mbs, "global_batch_size": row["global_batch_size"],
               "recompute": switches.recompute, "distributed_optimizer": switches.distributed_optimizer,
-              "sequence_parallel": switches.sequence_parallel}
+              "sequence_parallel": switches.sequence_parallel,
+              **({"ep": layout.ep, "etp": layout.expert_tp, "edp": None} if layout.ep > 1 or layout.etp is not None else {})}
     if not tiles(layout.world, layout.tp, layout.pp, layout.cp):
         return Row(str(ident), None, f"tp {layout.tp} x cp {layout.cp} x pp {layout.pp} does not divide the "
                                      f"{layout.world} devices", stated)
