@@ -13,6 +13,7 @@ over tp under sequence parallelism). Activations are 16-bit (fp32 doubles them).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from nlp_bench.plan.candidate import Candidate
@@ -66,9 +67,10 @@ def stage_split(model: ModelSpec, vocab_padded: int, c: Candidate) -> list[tuple
     pattern = model.moe.layer_pattern(model.num_layers) if model.moe else (0,) * model.num_layers
     spans = _stage_spans(model, c)
     out = []
+    (dense_layer, _), (moe_rest, moe_routed) = model.layer_split(False), model.layer_split(True)
     for k, (a, b) in enumerate(spans):
-        dense = sum(model.layer_split(bool(m))[0] for m in pattern[a:b])
-        routed = sum(model.layer_split(bool(m))[1] for m in pattern[a:b])
+        moe = sum(pattern[a:b])
+        dense, routed = (b - a - moe) * dense_layer + moe * moe_rest, moe * moe_routed
         if k == 0:
             dense += embedding * (2 if lay.pp == 1 and model.untie_embeddings else 1)
         if k == len(spans) - 1:
@@ -149,7 +151,7 @@ def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None
     if model.moe is not None:
         share = sum(model.moe.layer_pattern(model.num_layers)) / model.num_layers if moe_share is None else moe_share
         moe = _moe_layer_activations(model, c, recompute) if share else 0.0
-        return share * moe + (1 - share) * layer_activation_bytes(replace(model, moe=None), c, recompute)
+        return share * moe + (1 - share) * layer_activation_bytes(_without_experts(model, None), c, recompute)
     lay, on = c.layout, c.switches
     s, b, h, a, t = model.seq_length / lay.cp, lay.mbs, model.hidden_size, model.num_attention_heads, lay.tp
     recompute = recompute or on.recompute
@@ -179,6 +181,13 @@ def routed_load(model: ModelSpec) -> float:
     return 1.0 if e is None or e.capacity_factor is None else e.capacity_factor
 
 
+@functools.cache
+def _without_experts(model: ModelSpec, ffn_hidden_size: int | None) -> ModelSpec:
+    """The model's dense layers (`ffn_hidden_size` None), or an MoE layer's attention with its shared experts as
+    the MLP: what the dense activation formula counts (made once per model, as the planner asks per layout)."""
+    return replace(model, moe=None, **({} if ffn_hidden_size is None else {"ffn_hidden_size": ffn_hidden_size}))
+
+
 def _moe_layer_activations(model: ModelSpec, c: Candidate, recompute: str | None) -> float:
     """One MoE layer's activations, one micro-batch, one device: the attention and norms as a dense layer's,
     the shared experts as a dense MLP of their width (none: no MLP), and per routed token copy (top-k of each
@@ -187,8 +196,7 @@ def _moe_layer_activations(model: ModelSpec, c: Candidate, recompute: str | None
     dense MLP keeps them (SwiGLU 6, GeLU 4 bytes per unit of width, the width split over expert tp); and the
     router's fp32 scores (4 bytes per expert and token, split over tp x cp)."""
     e, lay, on = model.moe, c.layout, c.switches
-    out = layer_activation_bytes(replace(model, moe=None, ffn_hidden_size=e.shared_expert_intermediate_size), c,
-                                 recompute)
+    out = layer_activation_bytes(_without_experts(model, e.shared_expert_intermediate_size), c, recompute)
     if (recompute or on.recompute) == "full":
         return out
     tokens = lay.mbs * model.seq_length
