@@ -44,6 +44,7 @@ class ExpertWork:
     gather_steps: int
     params: float  # on one device of the stage that holds most
     shard: float  # of them, what its optimizer steps
+    overlap: bool = False  # the all-to-alls behind another micro-batch's computation (--overlap-moe-expert-parallel-comm)
 
 
 def _ring(ranks: int, all_reduce: bool) -> tuple[float, int]:
@@ -101,17 +102,21 @@ def expert_work(model: ModelSpec, vocab_padded: int, c: Candidate, system: Syste
     return ExpertWork(flops, side, a2a * sent * inside_share, within_node(system, lay.ep_in_node), a2a * sent * across_share,
                       system.inter_node_gbps * 1e9 / lay.devices_per_node, a2a,
                       etp_bytes, etp_bandwidth, int(a2a * etp_steps), reduce_bytes, max(dense_steps, expert_steps),
-                      gather_bytes, gather_steps, dense + routed, shard)
+                      gather_bytes, gather_steps, dense + routed, shard, on.overlap_moe_comm and lay.ep > 1)
 
 
 def expert_times(x: ExpertWork, gemm: float, gemm_half: float, network: float, latency: float,
-                 matmul: float, side: float) -> tuple[float, float]:
+                 matmul: float, side: float, compute: float = 0.0) -> tuple[float, float]:
     """(what the expert GEMMs add to a micro-batch's GEMM time, the all-to-all and expert-tp time it waits
     for). The expert FLOPs are already timed at the dense side's curve; here they move to their own side's.
-    The in-node and cross-node parts of an all-to-all run at once: the slower one counts."""
+    The in-node and cross-node parts of an all-to-all run at once: the slower one counts. With the EP A2A
+    overlap (Megatron-core merges adjacent micro-batches' forward and backward) the all-to-alls run behind
+    the other micro-batch's `compute` (the dense terms' time of one micro-batch) and only what outlasts it
+    is waited for."""
     curve = gemm * side / (side + gemm_half)
     own = gemm * x.side / (x.side + gemm_half)
     t_gemm = x.flops * (1 / own - 1 / curve) / matmul
     t_a2a = max(x.inside_bytes / (x.inside_bandwidth * network), x.across_bytes / (x.across_bandwidth * network))
     t_etp = x.etp_bytes / (x.etp_bandwidth * network) + x.etp_steps * latency
-    return t_gemm, t_a2a + x.a2a_count * latency * (x.inside_bytes + x.across_bytes > 0) + t_etp
+    t_comm = t_a2a + x.a2a_count * latency * (x.inside_bytes + x.across_bytes > 0) + t_etp
+    return t_gemm, max(0.0, t_comm - compute - t_gemm) if x.overlap else t_comm

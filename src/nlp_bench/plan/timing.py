@@ -391,7 +391,7 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
         t_tp = max(0.0, t_tp - t_gemm)
     if w.experts:  # the expert GEMMs at their own side; the all-to-alls waited for like tp's collectives
         t_experts, t_a2a = experts.expert_times(w.experts, eff.gemm, eff.gemm_half * (FP8_HALF_RATIO if w.fp8_flops else 1),
-                                                eff.network, w.latency, w.fp8_matmul or w.matmul, w.side)
+                                                eff.network, w.latency, w.fp8_matmul or w.matmul, w.side, t_compute)
         t_gemm, t_compute, t_tp = t_gemm + t_experts, t_compute + t_experts, t_tp + t_a2a
     t_send = w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency if w.p2p_bytes else 0.0
     t_p2p = 2 * t_send

@@ -124,3 +124,16 @@ def test_predict_rows_take_moe_flags_and_ep(tmp_path):
     assert p.fits and p.tokens_per_s > 0
     refused = ranking.predict(m, ep5.planned.system, ep5.planned.candidate, EFF)
     assert refused.tokens_per_s is None and "ep 5 must divide the 64 experts" in refused.reason
+
+
+def test_the_ep_all_to_all_overlap_hides_the_all_to_alls_behind_another_micro_batch():
+    model, system = get_model("qwen3-30b-a3b"), load_system("h100-8")
+    vocab = pad_vocab(model.vocab_size, 1)
+    plain = Candidate.of(2, 8, 1, 1, 1, 64, ep=16, etp=1)
+    overlapped = plain.changed(overlap_moe_comm=True)
+    t_plain = timing.estimate(model, vocab, plain, system, EFF)
+    t_over = timing.estimate(model, vocab, overlapped, system, EFF)
+    assert t_over.compute_s == pytest.approx(t_plain.compute_s)
+    # what is waited for: only what outlasts the other micro-batch's computation
+    assert t_over.tp_s == pytest.approx(max(0.0, t_plain.tp_s - t_plain.compute_s), rel=1e-6)
+    assert t_over.iteration_s < t_plain.iteration_s
