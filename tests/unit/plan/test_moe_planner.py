@@ -137,3 +137,15 @@ def test_the_ep_all_to_all_overlap_hides_the_all_to_alls_behind_another_micro_ba
     # what is waited for: only what outlasts the other micro-batch's computation
     assert t_over.tp_s == pytest.approx(max(0.0, t_plain.tp_s - t_plain.compute_s), rel=1e-6)
     assert t_over.iteration_s < t_plain.iteration_s
+
+
+def test_bench_plan_ranks_deepseek_v3_with_ep_and_each_row_runs_as_a_bench_run_line(bench):
+    out = bench("plan", "--tag", "deepseek-v3", "--tp", "2", "--pp", "16", "--mbs", "1", "--recompute", "none",
+                "--top", "3", "--json")
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    best = [r for r in rows if r["fits"]]
+    assert best and all(r["ep"] > 1 and r["memory_gib"] <= 80 for r in best)
+    assert all(r["edp"] == 1024 // (16 * r["ep"] * r["etp"]) for r in best)
+    for r in best:  # the tag's own ep 64 / etp 1 needs no flag; another one is named
+        assert (f"--ep {r['ep']}" in r["command"]) == (r["ep"] != 64)
