@@ -149,3 +149,13 @@ def test_bench_plan_ranks_deepseek_v3_with_ep_and_each_row_runs_as_a_bench_run_l
     assert all(r["edp"] == 1024 // (16 * r["ep"] * r["etp"]) for r in best)
     for r in best:  # the tag's own ep 64 / etp 1 needs no flag; another one is named
         assert (f"--ep {r['ep']}" in r["command"]) == (r["ep"] != 64)
+
+
+def test_an_moe_prediction_says_the_corpus_has_no_experts():
+    from nlp_bench.plan.corpus import load_corpus, ranges
+
+    planned, dense = _tag("qwen3-30b-a3b"), _tag("llama3-8b")
+    covered = ranges(load_corpus())
+    assert "mixture of experts not in the corpus" in covered.outside(planned.model, planned.system,
+                                                                     planned.candidate, 151936)
+    assert not [w for w in covered.outside(dense.model, dense.system, dense.candidate, 128256) if "experts" in w]
