@@ -215,13 +215,15 @@ def _stage_activations(model: ModelSpec, vocab_padded: int, c: Candidate) -> lis
     s, b, h = model.seq_length / lay.cp, lay.mbs, model.hidden_size
     first, middle, last = lay.stage_layers(model.num_layers)
     moe = stage_moe_layers(model, c)
+    every = layer_activation_bytes(model, c) * lay.tp  # Megatron divides by tp at the end
 
     def tp_part(k: int, layers: float) -> float:
-        """Stage k's layers (Megatron divides by tp at the end); with experts, its own share of MoE layers,
-        and on the last stage the multi-token prediction modules as layers more."""
+        """Stage k's layers; with experts, with its own share of MoE layers, and on the last stage the
+        multi-token prediction modules as layers more."""
         extra = model.mtp_num_layers if k == len(moe) - 1 else 0
-        share = moe[k] / layers if model.moe is not None and layers else None
-        return layer_activation_bytes(model, c, moe_share=share) * lay.tp * (layers + extra)
+        if model.moe is None or not layers:
+            return every * (layers + extra)
+        return layer_activation_bytes(model, c, moe_share=moe[k] / layers) * lay.tp * (layers + extra)
 
     def in_flight(k: int) -> int:
         return min(lay.pp - k, lay.gas) if lay.vp == 1 else lay.pp
