@@ -6,7 +6,9 @@ time of --repeats rankings, and the rate; the reference is the same space's enum
 prediction carries its interval and extrapolation flag (issue 16), as `bench plan` computes them; the
 planner's leave-one-out validation itself runs once before the timing (and is kept on disk by `bench plan`).
 
-    python benchmark/perf/plan.py [--repeats 5]
+    python benchmark/perf/plan.py [--repeats 5] [--tag deepseek-v3]
+
+`--tag deepseek-v3` ranks the same node counts and gas for an MoE model, ep and expert tp among the axes.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ SPACE = ranking.Space(nodes=(64, 96, 128), gas=(8, 16, 32))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tag", default="175", help="the tag whose model, system and switches are ranked")
     args = ap.parse_args()
-    base = points.from_point(load_benchmark("nlp").point("175"))
+    base = points.from_point(load_benchmark("nlp").point(args.tag))
     trust = validation.corpus_trust(None)
     count = sum(1 for _ in ranking.candidates(base.model, base.system, SPACE, base.candidate))
     enum_times, rank_times = [], []

@@ -95,8 +95,8 @@ def run_line(benchmark: str, tag: str, system: str | None, base: points.Planned,
     lay, own, on, tag_on = p.candidate.layout, base.candidate.layout, p.candidate.switches, base.candidate.switches
     words = ["bench", "run", *(["--benchmark", benchmark] if benchmark != "nlp" else []), "--tag", tag,
              *(["--system", system] if system is not None else [])]
-    for name in ("nodes", "tp", "pp", "vp", "mbs"):
-        if getattr(lay, name) != getattr(own, name):
+    for name in ("nodes", "tp", "pp", "vp", "mbs", "ep", "etp"):
+        if getattr(lay, name) != getattr(own, name) and getattr(lay, name) is not None:
             words += [f"--{name}", str(getattr(lay, name))]
     if lay.global_batch_size != own.global_batch_size:
         words += ["--gas", str(lay.gas)]

@@ -149,6 +149,8 @@ class Ranges:
     cp: int = 1
     uneven_stages: bool = False
     tp_overlap: bool = False
+    #: whether any corpus model has experts (the MoE terms are otherwise unchecked)
+    experts: bool = False
 
     def outside(self, model: ModelSpec, system: System, c: Candidate, vocab_padded: int) -> list[str]:
         """What of a layout lies outside the corpus, in words: its scale and shape, and the device,
@@ -174,6 +176,8 @@ class Ranges:
             out.append("uneven pipeline stages not in the corpus")
         if c.switches.tp_comm_overlap and not self.tp_overlap:
             out.append("tensor-parallel communication overlap not in the corpus")
+        if model.moe is not None and not self.experts:
+            out.append("mixture of experts not in the corpus")
         return out
 
 
@@ -193,4 +197,4 @@ def ranges(rows: list[CorpusRow]) -> Ranges:
                   max(r.candidate.layout.cp for r in rows),
                   any(r.candidate.layout.first_stage_layers is not None or r.candidate.layout.last_stage_layers is not None
                       for r in rows),
-                  any(r.candidate.switches.tp_comm_overlap for r in rows))
+                  any(r.candidate.switches.tp_comm_overlap for r in rows), any(m.moe is not None for m in models))

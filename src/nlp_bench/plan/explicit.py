@@ -30,14 +30,23 @@ from nlp_bench.spec.yamlio import load_yaml
 
 #: the Megatron-LM flags (without `--`) a model mapping may give, and what each must be
 _INT_FLAGS = ("num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size",
-              "seq-length", "max-position-embeddings", "vocab-size", "rotary-base")
-_TRUE_OR_FALSE_FLAGS = ("group-query-attention", "swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear")
-_CHOICE_FLAGS = {"normalization": ("LayerNorm", "RMSNorm"), "position-embedding-type": ("learned_absolute", "rope")}
-MAPPING_FLAGS = (*_INT_FLAGS, *_TRUE_OR_FALSE_FLAGS, *_CHOICE_FLAGS, "name")
+              "seq-length", "max-position-embeddings", "vocab-size", "rotary-base", "kv-channels",
+              # experts, latent attention and multi-token prediction (Megatron-core's flags)
+              "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+              "moe-router-num-groups", "moe-router-group-topk", "mtp-num-layers", "q-lora-rank", "kv-lora-rank",
+              "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim")
+_TRUE_OR_FALSE_FLAGS = ("group-query-attention", "swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear",
+                        "qk-layernorm", "multi-latent-attention", "moe-router-enable-expert-bias")
+_CHOICE_FLAGS = {"normalization": ("LayerNorm", "RMSNorm"), "position-embedding-type": ("learned_absolute", "rope"),
+                 "moe-router-score-function": ("softmax", "sigmoid"),
+                 "moe-router-load-balancing-type": ("aux_loss", "seq_aux_loss", "none")}
+#: positive numbers, and --moe-layer-freq (an integer, "([0]*k+[1]*m)" or a list, as Megatron takes it)
+_NUMBER_FLAGS = ("moe-expert-capacity-factor", "moe-aux-loss-coeff", "moe-router-topk-scaling-factor")
+MAPPING_FLAGS = (*_INT_FLAGS, *_TRUE_OR_FALSE_FLAGS, *_CHOICE_FLAGS, *_NUMBER_FLAGS, "moe-layer-freq", "name")
 _REQUIRED_MODEL = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "vocab-size")
 
 #: a row's parallel sizes by its key, and the Layout field each becomes
-ROW_SIZES = {"tp": "tp", "pp": "pp", "cp": "cp", "vp": "vp", "mbs": "mbs",
+ROW_SIZES = {"tp": "tp", "pp": "pp", "cp": "cp", "vp": "vp", "mbs": "mbs", "ep": "ep", "etp": "etp",
              "decoder_first_pipeline_num_layers": "first_stage_layers",
              "decoder_last_pipeline_num_layers": "last_stage_layers"}
 _ROW_INTS = ("gpus", "nodes", "global_batch_size", *ROW_SIZES)
@@ -83,6 +92,10 @@ def model_from_flags(mapping: Mapping[str, Any], where: str) -> ModelSpec:
     if missing:
         raise SpecError(f"{where}: the model needs {', '.join(missing)}")
     _check_types(mapping, _INT_FLAGS, _TRUE_OR_FALSE_FLAGS, f"{where}: model flag")
+    for key in _NUMBER_FLAGS:
+        if key in mapping and (isinstance(mapping[key], bool) or not isinstance(mapping[key], (int, float))
+                               or mapping[key] < 0):
+            raise SpecError(f"{where}: model flag {key} must be a number of at least 0, got {mapping[key]!r}")
     for key, choices in _CHOICE_FLAGS.items():
         if key in mapping and mapping[key] not in choices:
             raise SpecError(f"{where}: model flag {key} must be one of {', '.join(choices)}, got {mapping[key]!r}")
@@ -166,7 +179,8 @@ def read_row(row: Any, index: int, source: str) -> Row:
     stated = {"model": model.name, "system": system.name, "nodes": nodes, "tp": layout.tp, "pp": layout.pp,
               "cp": layout.cp, "vp": layout.vp, "mbs": layout.mbs, "global_batch_size": row["global_batch_size"],
               "recompute": switches.recompute, "distributed_optimizer": switches.distributed_optimizer,
-              "sequence_parallel": switches.sequence_parallel}
+              "sequence_parallel": switches.sequence_parallel,
+              **({"ep": layout.ep, "etp": layout.expert_tp, "edp": None} if layout.ep > 1 or layout.etp is not None else {})}
     if not tiles(layout.world, layout.tp, layout.pp, layout.cp):
         return Row(str(ident), None, f"tp {layout.tp} x cp {layout.cp} x pp {layout.pp} does not divide the "
                                      f"{layout.world} devices", stated)

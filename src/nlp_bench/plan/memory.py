@@ -13,7 +13,8 @@ over tp under sequence parallelism). Activations are 16-bit (fp32 doubles them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.spec.models import ModelSpec
@@ -36,12 +37,59 @@ def transformer_parameters(model: ModelSpec) -> float:
     return model.num_layers * model.layer_parameters(biases=False) + final_norm
 
 
+def _stage_spans(model: ModelSpec, c: Candidate) -> list[tuple[int, int]]:
+    """The layers (from, to) of the stages _stage_parameters lists: the first, the first middle one, the last."""
+    lay, n = c.layout, model.num_layers
+    first, middle, last = lay.stage_layers(n)
+    if lay.pp == 1:
+        return [(0, n)]
+    return [(0, round(first)), *([(round(first), round(first + middle))] if lay.pp > 2 else []), (n - round(last), n)]
+
+
+def stage_moe_layers(model: ModelSpec, c: Candidate) -> list[int]:
+    """The layers with experts of each stage _stage_parameters lists (0 for a dense model)."""
+    if model.moe is None:
+        return [0] * len(_stage_spans(model, c))
+    pattern = model.moe.layer_pattern(model.num_layers)
+    return [sum(pattern[a:b]) for a, b in _stage_spans(model, c)]
+
+
+def stage_split(model: ModelSpec, vocab_padded: int, c: Candidate) -> list[tuple[float, float]]:
+    """(parameters on one device outside the routed experts, routed experts' parameters on one device) of
+    each stage _stage_parameters lists, as Megatron-core places them (theoretical_memory_usage.py of core
+    0.20): attention, norms, router, shared experts and dense MLPs split over tp, the routed experts over
+    expert tp x ep, the multi-token prediction modules on the last stage, the embedding on the first and the
+    output layer on the last. A dense model's second part is 0, its first _stage_parameters's."""
+    if model.moe is None and model.mla is None:
+        return [(p, 0.0) for p in _stage_parameters(model, vocab_padded, c)]
+    lay = c.layout
+    embedding = model.hidden_size * vocab_padded
+    pattern = model.moe.layer_pattern(model.num_layers) if model.moe else (0,) * model.num_layers
+    spans = _stage_spans(model, c)
+    out = []
+    (dense_layer, _), (moe_rest, moe_routed) = model.layer_split(False), model.layer_split(True)
+    for k, (a, b) in enumerate(spans):
+        moe = sum(pattern[a:b])
+        dense, routed = (b - a - moe) * dense_layer + moe * moe_rest, moe * moe_routed
+        if k == 0:
+            dense += embedding * (2 if lay.pp == 1 and model.untie_embeddings else 1)
+        if k == len(spans) - 1:
+            dense += model.hidden_size * (1 if model.normalization == "RMSNorm" else 2)  # the final norm
+            mtp_dense, mtp_routed = model.mtp_split()
+            dense += model.mtp_num_layers * mtp_dense + (embedding if lay.pp > 1 else 0)
+            routed += model.mtp_num_layers * mtp_routed
+        out.append((dense / lay.tp, routed / lay.expert_shards))
+    return out
+
+
 def _stage_parameters(model: ModelSpec, vocab_padded: int, c: Candidate) -> list[float]:
     """Parameters on one device of the first, a middle (pp > 2) and the last (pp > 1) pipeline stage, split
     over tp: each stage's share of the layers, the word embedding on the first stage and the output layer
     (untied) or the embedding's copy (tied) on the last. Where tp exceeds the query groups, each rank keeps a
     whole key/value head (a copy) rather than 1/tp of them."""
     lay = c.layout
+    if model.moe is not None or model.mla is not None:
+        return [dense + routed for dense, routed in stage_split(model, vocab_padded, c)]
     embedding = model.hidden_size * vocab_padded
     kv = 2 * model.query_groups * model.head_dim * model.hidden_size
     copies = kv * (1 / model.query_groups - 1 / lay.tp) if lay.tp > model.query_groups else 0.0
@@ -79,22 +127,31 @@ def fp8_weight_copies(c: Candidate) -> float:
     return 2.0
 
 
-def bytes_per_parameter(c: Candidate) -> float:
+def bytes_per_parameter(c: Candidate, replicas: int | None = None) -> float:
     """Mixed precision: 16-bit weight, fp32 gradient, fp32 master and two fp32 moments (18 bytes), of which
     the distributed optimizer keeps the last 12 once per group of ranks holding the same weights (dp x cp);
     fp32 training has no master. The gradient buffer is 16-bit where Megatron accumulates in the weights'
     type: with fp16 (Megatron's default there; --accumulate-allreduce-grads-in-fp32 is not read) and with
-    --grad-reduce-in-bf16. FP8's copies of the linear weights are counted apart (`fp8_weight_copies`)."""
-    lay, on = c.layout, c.switches
+    --grad-reduce-in-bf16. FP8's copies of the linear weights are counted apart (`fp8_weight_copies`). The
+    routed experts' states are sharded over their own replicas, expert dp (`replicas`: Megatron-core's
+    distributed optimizer shards them over its intra-expert-dp group)."""
+    on = c.switches
+    replicas = replicas or c.layout.weight_replicas
     if on.precision == "fp32":
-        return 16.0 if not on.distributed_optimizer else 8.0 + 8.0 / lay.weight_replicas
+        return 16.0 if not on.distributed_optimizer else 8.0 + 8.0 / replicas
     grad = 2.0 if on.precision == "fp16" or on.grad_reduce_in_bf16 else 4.0
-    return 2.0 + grad + (12.0 if not on.distributed_optimizer else 12.0 / lay.weight_replicas)
+    return 2.0 + grad + (12.0 if not on.distributed_optimizer else 12.0 / replicas)
 
 
-def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None = None) -> float:
+def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None = None,
+                           moe_share: float | None = None) -> float:
     """One layer, one micro-batch, on one device (16-bit), with the candidate's recompute or `recompute`;
-    context parallelism splits the sequence."""
+    context parallelism splits the sequence. With experts, `moe_share` of the layers (by default the
+    model's share) are MoE layers (`_moe_layer_activations`), the rest dense."""
+    if model.moe is not None:
+        share = sum(model.moe.layer_pattern(model.num_layers)) / model.num_layers if moe_share is None else moe_share
+        moe = _moe_layer_activations(model, c, recompute) if share else 0.0
+        return share * moe + (1 - share) * layer_activation_bytes(_without_experts(model, None), c, recompute)
     lay, on = c.layout, c.switches
     s, b, h, a, t = model.seq_length / lay.cp, lay.mbs, model.hidden_size, model.num_attention_heads, lay.tp
     recompute = recompute or on.recompute
@@ -114,6 +171,41 @@ def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None
     return per_layer
 
 
+def routed_load(model: ModelSpec) -> float:
+    """The routed token copies an expert rank holds, as a multiple of its even share: at most the capacity
+    factor with one (Megatron drops what exceeds it, pads up to it with --moe-pad-expert-input-to-capacity);
+    dropless, the even share itself. A dropless router's load is only as even as its balancing makes it (at
+    worst every copy of the ep group on one rank, ep times the share): the planner takes the aux-loss or
+    expert-bias balancing to hold it near even, and says so."""
+    e = model.moe
+    return 1.0 if e is None or e.capacity_factor is None else e.capacity_factor
+
+
+@functools.cache
+def _without_experts(model: ModelSpec, ffn_hidden_size: int | None) -> ModelSpec:
+    """The model's dense layers (`ffn_hidden_size` None), or an MoE layer's attention with its shared experts as
+    the MLP: what the dense activation formula counts (made once per model, as the planner asks per layout)."""
+    return replace(model, moe=None, **({} if ffn_hidden_size is None else {"ffn_hidden_size": ffn_hidden_size}))
+
+
+def _moe_layer_activations(model: ModelSpec, c: Candidate, recompute: str | None) -> float:
+    """One MoE layer's activations, one micro-batch, one device: the attention and norms as a dense layer's,
+    the shared experts as a dense MLP of their width (none: no MLP), and per routed token copy (top-k of each
+    token; the rank computes `Layout.routed_share` of the micro-batch's copies, times `routed_load`) the
+    permuted input the first expert GEMM's weight gradient needs (2h) and the expert MLP's intermediates as a
+    dense MLP keeps them (SwiGLU 6, GeLU 4 bytes per unit of width, the width split over expert tp); and the
+    router's fp32 scores (4 bytes per expert and token, split over tp x cp)."""
+    e, lay, on = model.moe, c.layout, c.switches
+    out = layer_activation_bytes(_without_experts(model, e.shared_expert_intermediate_size), c, recompute)
+    if (recompute or on.recompute) == "full":
+        return out
+    tokens = lay.mbs * model.seq_length
+    width = (6 if model.swiglu else 4) * e.ffn_hidden_size / lay.expert_tp
+    copies = e.router_topk * routed_load(model) * tokens * lay.routed_share
+    scores = 4 * e.num_experts * tokens / lay.tp_cp
+    return out + copies * (2 * model.hidden_size + width) + scores
+
+
 def _stage_activations(model: ModelSpec, vocab_padded: int, c: Candidate) -> list[float]:
     """The activations of the first, a middle (pp > 2) and the last (pp > 1) stage: stage k keeps its layers
     for each of up to pp - k micro-batches in flight (fewer when gas is smaller; more, by Megatron's
@@ -121,17 +213,26 @@ def _stage_activations(model: ModelSpec, vocab_padded: int, c: Candidate) -> lis
     the output layer and loss. Context parallelism splits every sequence over cp ranks."""
     lay, on = c.layout, c.switches
     s, b, h = model.seq_length / lay.cp, lay.mbs, model.hidden_size
-    tp_part = layer_activation_bytes(model, c) * lay.tp  # Megatron divides by tp at the end
     first, middle, last = lay.stage_layers(model.num_layers)
+    moe = stage_moe_layers(model, c)
+    every = layer_activation_bytes(model, c) * lay.tp  # Megatron divides by tp at the end
+
+    def tp_part(k: int, layers: float) -> float:
+        """Stage k's layers; with experts, with its own share of MoE layers, and on the last stage the
+        multi-token prediction modules as layers more."""
+        extra = model.mtp_num_layers if k == len(moe) - 1 else 0
+        if model.moe is None or not layers:
+            return every * (layers + extra)
+        return layer_activation_bytes(model, c, moe_share=moe[k] / layers) * lay.tp * (layers + extra)
 
     def in_flight(k: int) -> int:
         return min(lay.pp - k, lay.gas) if lay.vp == 1 else lay.pp
 
-    stages = [(tp_part * first + 8 * s * b + s * b * h) * in_flight(0)]
+    stages = [(tp_part(0, first) + 8 * s * b + s * b * h) * in_flight(0)]
     if lay.pp > 2:
-        stages.append(tp_part * middle * in_flight(1))  # the first middle stage: the most in flight of them
+        stages.append(tp_part(1, middle) * in_flight(1))  # the first middle stage: the most in flight of them
     if lay.pp > 1:
-        stages.append(tp_part * last * in_flight(lay.pp - 1))
+        stages.append(tp_part(len(moe) - 1, last) * in_flight(lay.pp - 1))
     interleaving = 1 + lay.interleaving_extra
     output = s * b * h * 4 * (1 + vocab_padded / h) if lay.pp == 1 else 0.0
     factor = 2.0 if on.precision == "fp32" else 1.0
@@ -162,10 +263,15 @@ def footprint(model: ModelSpec, vocab_padded: int, c: Candidate) -> MemoryEstima
     """The pipeline stage that needs most: its weights and optimizer states with its activations (with
     uneven stages, not necessarily the stage that holds most of either)."""
     per_parameter = bytes_per_parameter(c)
-    copies = fp8_weight_copies(c) * model.linear_weights() / c.layout.tp  # a layer's, on one device
-    stages = zip(_stage_parameters(model, vocab_padded, c), _stage_layer_counts(model, c), strict=True)
-    states, activations = max(zip((p * per_parameter + layers * copies for p, layers in stages),
-                                  _stage_activations(model, vocab_padded, c), strict=True), key=sum)
+    if model.moe is not None or model.mla is not None:  # FP8 copies of every weight the stage holds, all experts
+        per_expert = bytes_per_parameter(c, c.layout.edp)
+        stages = [dense * per_parameter + routed * per_expert + fp8_weight_copies(c) * (dense + routed)
+                  for dense, routed in stage_split(model, vocab_padded, c)]
+    else:
+        copies = fp8_weight_copies(c) * model.linear_weights() / c.layout.tp  # a layer's, on one device
+        stages = [p * per_parameter + layers * copies for p, layers in
+                  zip(_stage_parameters(model, vocab_padded, c), _stage_layer_counts(model, c), strict=True)]
+    states, activations = max(zip(stages, _stage_activations(model, vocab_padded, c), strict=True), key=sum)
     allowance = WORKSPACE_GIB * GIB + FRAGMENTATION * (states + activations)
     return MemoryEstimate(states, activations, allowance)
 

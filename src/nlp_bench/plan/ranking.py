@@ -10,7 +10,7 @@ from nlp_bench import flops
 from nlp_bench.plan import memory, timing
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.plan.validation import Trust
-from nlp_bench.spec.layout import data_parallel_size, replica_problem
+from nlp_bench.spec.layout import data_parallel_size, expert_violations, replica_problem
 from nlp_bench.spec.models import ModelSpec, pad_vocab
 from nlp_bench.spec.switches import RECOMPUTE
 from nlp_bench.spec.systems import System
@@ -46,7 +46,9 @@ class Prediction:
             return None if value is None else round(value, digits)
 
         lay, on = c.layout, c.switches
+        experts = {"ep": lay.ep, "etp": lay.expert_tp, "edp": lay.edp} if lay.ep > 1 or lay.etp is not None else {}
         return {"nodes": lay.nodes, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "dp": lay.dp, "vp": lay.vp, "mbs": lay.mbs,
+                **experts,
                 "gas": lay.gas, "global_batch_size": lay.global_batch_size, "recompute": on.recompute,
                 "distributed_optimizer": on.distributed_optimizer, "sequence_parallel": on.sequence_parallel,
                 "memory_gib": rounded(self.memory_gib, 2), "fits": self.fits,
@@ -97,6 +99,33 @@ class Space:
     recompute: tuple[str, ...] = RECOMPUTE
     distributed_optimizer: tuple[bool, ...] = (True, False)
     global_batch_size: int | None = None  # kept fixed (gas follows) unless gas is pinned
+    #: an MoE model's expert parallelism and expert tp (None: powers of two that divide the experts and tile
+    #: each stage, and expert tp 1 or tp); a dense model keeps the base's
+    ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
+
+
+def _expert_axes(model: ModelSpec, space: Space, base: Candidate, world: int, tp: int, pp: int) -> list[tuple]:
+    """The (ep, expert tp) pairs to try with tp and pp: those spec.layout's rules (ep-world, ep-experts)
+    let run. Expert tp defaults to 1 and tp (Megatron-core's guideline: ep over expert tp, whose GEMMs are
+    narrower); a dense model has the base's."""
+    if model.moe is None:
+        return [(base.layout.ep, base.layout.etp)]
+    eps = space.ep or _powers_of_two(min(model.moe.num_experts, world))
+    etps = space.etp or tuple(dict.fromkeys((1, tp)))
+    return [(ep, etp) for ep, etp in itertools.product(eps, etps)
+            if not expert_violations(world, etp, ep, pp, model.moe.num_experts)]
+
+
+def _pipeline_sizes(model: ModelSpec, base: Candidate, world: int) -> list[int]:
+    """The pipeline sizes to try: those that divide the layers, or with the base's uneven first/last stages
+    (DeepSeek-V3's 61 layers), those whose other stages split the rest evenly."""
+    given = [n for n in (base.layout.first_stage_layers, base.layout.last_stage_layers) if n is not None]
+    rest = model.num_layers - sum(given)
+    if not given:
+        return [p for p in range(1, min(model.num_layers, world) + 1) if model.num_layers % p == 0]
+    return [p for p in range(2, min(model.num_layers, world) + 1)
+            if (p - len(given) == 0 and rest == 0) or (p > len(given) and rest % (p - len(given)) == 0)]
 
 
 def _sizes(model: ModelSpec, system: System, space: Space, base: Candidate) -> Iterable[tuple]:
@@ -106,8 +135,7 @@ def _sizes(model: ModelSpec, system: System, space: Space, base: Candidate) -> I
     for nodes in space.nodes:
         world = nodes * dpn
         tps = space.tp or [t for t in _powers_of_two(min(world, 4 * dpn)) if model.num_attention_heads % t == 0]
-        pps = space.pp or ([1] if system.backend == "xla" else
-                           [p for p in range(1, min(model.num_layers, world) + 1) if model.num_layers % p == 0])
+        pps = space.pp or ([1] if system.backend == "xla" else _pipeline_sizes(model, base, world))
         for tp, pp in itertools.product(tps, pps):
             problem = replica_problem(nodes, dpn, tp, pp, base.layout.cp)
             if problem:
@@ -130,10 +158,14 @@ def candidates(model: ModelSpec, system: System, space: Space, base: Candidate) 
     for nodes, tp, pp, mbs, gases, why in _sizes(model, system, space, base):
         if why:
             continue
-        vps = space.vp or [v for v in (1, 2, 3, 4, 6, 8) if pp > 1 or v == 1]
+        uneven = base.layout.first_stage_layers is not None or base.layout.last_stage_layers is not None
+        vps = space.vp or [v for v in (1, 2, 3, 4, 6, 8) if (pp > 1 and not uneven) or v == 1]
         dp = data_parallel_size(nodes * dpn, tp, pp, base.layout.cp)
-        for gas, vp, rc, do in itertools.product(gases, vps, space.recompute, space.distributed_optimizer):
-            yield Candidate(replace(base.layout, nodes=nodes, devices_per_node=dpn, tp=tp, pp=pp, mbs=mbs, gas=gas, vp=vp),
+        experts = _expert_axes(model, space, base, nodes * dpn, tp, pp)
+        for gas, vp, rc, do, (ep, etp) in itertools.product(gases, vps, space.recompute, space.distributed_optimizer,
+                                                            experts):
+            yield Candidate(replace(base.layout, nodes=nodes, devices_per_node=dpn, tp=tp, pp=pp, mbs=mbs, gas=gas, vp=vp,
+                                    ep=ep, etp=etp),
                             replace(base.switches, recompute=rc, distributed_optimizer=do and dp > 1))
 
 

@@ -7,9 +7,10 @@ efficiencies; `timed` divides them by the rates those efficiencies give, so a fi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from nlp_bench import flops
+from nlp_bench.plan import experts
 from nlp_bench.plan.candidate import Candidate
 from nlp_bench.plan.memory import layer_activation_bytes, most_loaded_shard
 from nlp_bench.spec.layout import virtual_stages
@@ -153,6 +154,7 @@ class Work:
     attention_rate: float = 1.0  # FLOP/s on the planner's count (half the causal score matrix)
     core_flops: float = 0.0  # of `flops`, unfused attention's batched GEMMs, timed at `core_side`
     core_side: float = 1.0
+    experts: experts.ExpertWork | None = None  # an MoE model's terms (plan/experts.py)
 
 
 def _within_node(system: System, devices: int) -> float:
@@ -220,7 +222,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     else:
         (reduce_fraction, reduce_steps), gather_fraction, gather_steps = _ring_factor(replicas, True), 0.0, 0
     shard = params / (replicas if on.distributed_optimizer else 1)
-    return Work(
+    return _with_experts(model, vocab_padded, c, system, (layers, act, grad), Work(
         flops=per_micro_batch, side=min(h / lay.tp, tokens), elementwise_bytes=elementwise,
         tp_bytes=layers * collectives * tp_fraction * tokens * h * act, tp_steps=int(layers * collectives * tp_steps),
         tp_bandwidth=_within_node(system, lay.tp) if lay.tp <= dpn else inter,
@@ -242,7 +244,21 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         fp8_matmul=_fp8_matmul(system, on.compute_precision) if on.fp8 else 0.0,
         **_context_exchange(model, c, system, layers, act, per_layer * layers - linear_share),
         **_attention_core(model, c, system, per_layer * layers - linear_share),
-        **_overlap_chunks(model, c, linear_share, min(h / lay.tp, tokens / lay.tp)))
+        **_overlap_chunks(model, c, linear_share, min(h / lay.tp, tokens / lay.tp))))
+
+
+def _with_experts(model: ModelSpec, vocab_padded: int, c: Candidate, system: System,
+                  stage: tuple[float, int, int], w: Work) -> Work:
+    """An MoE model's work: its terms (plan/experts.py), and its dense and expert parameters reduced,
+    gathered and stepped over their own replicas (dp x cp, expert dp). `stage`: the layers of the stage the
+    pipeline waits for, and the bytes of an activation and of a reduced gradient."""
+    layers, act, grad = stage
+    moe = experts.expert_work(model, vocab_padded, c, system, layers, _within_node, grad, act)
+    if moe is None:
+        return w
+    return replace(w, experts=moe, reduce_bytes=moe.reduce_bytes, reduce_steps=moe.reduce_steps,
+                   gather_bytes=moe.gather_bytes, gather_steps=moe.gather_steps,
+                   optimizer_bytes=_optimizer_bytes(moe.params, moe.shard, c.switches.precision, act, grad))
 
 
 def _overlap_chunks(model: ModelSpec, c: Candidate, linear_flops: float, side: float) -> dict:
@@ -373,6 +389,10 @@ def timed(w: Work, eff: Efficiency) -> TimeEstimate:
     t_tp = w.tp_bytes / (w.tp_bandwidth * eff.network) + w.tp_steps * w.latency
     if w.tp_overlap:  # Megatron's --tp-comm-overlap splits each collective into chunks behind the GEMMs
         t_tp = max(0.0, t_tp - t_gemm)
+    if w.experts:  # the expert GEMMs at their own side; the all-to-alls waited for like tp's collectives
+        t_experts, t_a2a = experts.expert_times(w.experts, eff.gemm, eff.gemm_half * (FP8_HALF_RATIO if w.fp8_flops else 1),
+                                                eff.network, w.latency, w.fp8_matmul or w.matmul, w.side, t_compute)
+        t_gemm, t_compute, t_tp = t_gemm + t_experts, t_compute + t_experts, t_tp + t_a2a
     t_send = w.p2p_bytes / (w.p2p_bandwidth * eff.network) + w.latency if w.p2p_bytes else 0.0
     t_p2p = 2 * t_send
     t_sends = w.sends * t_p2p

@@ -14,19 +14,20 @@ HEADERS = ["#", "nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "GBS", "recompute
            "tokens/s", "interval", "time_to_report s", "corpus"]
 #: the figures stay at any width; the layout goes first, as each row's `bench run` line names it
 _COLUMNS = Columns(
-    right=("#", "nodes", "tp", "pp", "dp", "vp", "mbs", "gas", "GBS", "GiB/device", "tokens/s", "interval",
+    right=("#", "nodes", "tp", "pp", "ep", "etp", "dp", "vp", "mbs", "gas", "GBS", "GiB/device", "tokens/s", "interval",
            "time_to_report s"),
     kept=("#", "GiB/device", "tokens/s", "interval", "time_to_report s"),
-    least_needed=("dp", "GBS", "corpus", "mbs", "dist-opt", "gas", "recompute", "vp", "pp", "tp", "nodes"),
+    least_needed=("dp", "GBS", "corpus", "mbs", "dist-opt", "gas", "recompute", "vp", "etp", "ep", "pp", "tp", "nodes"),
     narrow={"dist-opt": "dist-\nopt", "GiB/device": "GiB/\ndevice", "time_to_report s": "time_to_\nreport s"},
     hint="each row's `bench run` line names its layout; --json: every column")
 
 
-def _row(rank: int, p) -> list:
+def _row(rank: int, p, experts: bool = False) -> list:
     d = p.to_dict()
     interval = (f"{d['tokens_per_s_low']:,.0f}-{d['tokens_per_s_high']:,.0f}"
                 if d["tokens_per_s_low"] is not None else "")
-    return [rank, d["nodes"], d["tp"], d["pp"], d["dp"], d["vp"], d["mbs"], d["gas"], d["global_batch_size"],
+    expert_axes = [d.get("ep", 1), d.get("etp", d["tp"])] if experts else []
+    return [rank, d["nodes"], d["tp"], d["pp"], *expert_axes, d["dp"], d["vp"], d["mbs"], d["gas"], d["global_batch_size"],
             d["recompute"], "on" if d["distributed_optimizer"] else "off", f"{d['memory_gib']:.1f}",
             f"{d['tokens_per_s']:,.0f}", interval, f"{d['time_to_report_s']:,.1f}",
             "EXTRAPOLATED" if d["extrapolated"] else "inside"]
@@ -42,7 +43,10 @@ def _legend(shown: list, width: int | None) -> str:
 
 
 def _table(shown: list, width: int | None) -> str:
-    return folded(HEADERS, [_row(rank, p) for rank, p in enumerate(shown, 1)], width, _COLUMNS)
+    """The ranked rows; with the expert axes (ep, expert tp) where any row has them."""
+    experts = any("ep" in p.to_dict() for p in shown)
+    headers = [*HEADERS[:4], "ep", "etp", *HEADERS[4:]] if experts else HEADERS
+    return folded(headers, [_row(rank, p, experts) for rank, p in enumerate(shown, 1)], width, _COLUMNS)
 
 
 def _commands(commands: list[str | None], width: int | None, rules: str | None = None) -> str:
@@ -138,7 +142,8 @@ def render_plan(good: list, pruned: list, calibrated: bool, base, top: int, widt
                    + "\n")
         for p in pruned[:min(top, 5)]:
             d = p.to_dict()
-            line = (f"tp {d['tp']} pp {d['pp']} vp {d['vp']} mbs {d['mbs']} gas {d['gas']} recompute "
+            experts = f" ep {d['ep']} etp {d['etp']}" if "ep" in d else ""
+            line = (f"tp {d['tp']} pp {d['pp']}{experts} vp {d['vp']} mbs {d['mbs']} gas {d['gas']} recompute "
                     f"{d['recompute']} dist-opt {'on' if d['distributed_optimizer'] else 'off'}: {p.reason}"
                     + (f" (it would reach {d['tokens_per_s']:,.0f} tokens/s)" if d["tokens_per_s"] else ""))
             out.append(textwrap.indent(wrap(line, width and width - 2), "  ") + "\n")

@@ -112,6 +112,31 @@ class Layout:
         return expert_data_parallel_size(self.world, self.expert_tp, self.ep, self.pp)
 
     @property
+    def expert_shards(self) -> int:
+        """The ranks one whole copy of every expert spans: expert tp x ep (Megatron-core's tp_ep group)."""
+        return self.expert_tp * self.ep
+
+    @property
+    def routed_share(self) -> float:
+        """The share of one micro-batch's routed token copies that each rank's experts compute: a tp x cp
+        group holds the micro-batch, its copies spread over ep ranks and each is multiplied whole on every
+        rank of its expert tp group, so expert tp / (tp x cp) of them (balanced routing)."""
+        return self.expert_tp / self.tp_cp
+
+    @property
+    def ep_in_node(self) -> int:
+        """The ranks of an ep group that share a node: expert tp is innermost, so a node holds
+        devices_per_node / expert tp of them (all of them where expert tp x ep fits in it)."""
+        return max(1, min(self.ep, self.devices_per_node // self.expert_tp))
+
+    @property
+    def ep_shares(self) -> tuple[float, float]:
+        """(to ep peers in the node, to ep peers in other nodes): the shares of a rank's routed copies an
+        all-to-all sends, with balanced routing ((ep - 1)/ep of them leave the rank)."""
+        inside = self.ep_in_node
+        return (inside - 1) / self.ep, (self.ep - inside) / self.ep
+
+    @property
     def weight_replicas(self) -> int:
         """The ranks that hold the same (dense) weights, over which gradients are reduced and the distributed
         optimizer shards its states (Megatron's data-parallel group with context parallelism): dp x cp."""
@@ -280,7 +305,7 @@ def parallel_violations(*, world: int, tp: int, pp: int, num_layers: int, num_at
             need(seq_length % tp == 0, "sp-seq", lambda: f"sequence parallelism needs tp {tp} to divide the sequence "
                                                  f"length {seq_length}")
     if ep > 1 or etp is not None:
-        out.extend(_expert_violations(world, tp if etp is None else etp, ep, pp, num_experts))
+        out.extend(expert_violations(world, tp if etp is None else etp, ep, pp, num_experts))
     interleaved = _interleaving(need, num_layers, pp, chunks, layers_per_chunk, uneven)
     dp = data_parallel_size(world, tp, pp, cp) if tiles(world, tp, pp, cp) else None
     if dp is not None and global_batch_size is not None and micro_batch_size is not None:
@@ -335,7 +360,7 @@ def _uneven_violations(num_layers: int, pp: int, chunks: int, first: int | None,
     return []
 
 
-def _expert_violations(world: int, etp: int, ep: int, pp: int, num_experts: int | None) -> list[Violation]:
+def expert_violations(world: int, etp: int, ep: int, pp: int, num_experts: int | None) -> list[Violation]:
     """The expert grid's rules: etp x ep x pp must tile the world (Megatron-core's expert grid; with whole
     stages, etp x ep must divide the tp x cp x dp ranks of each), and ep must divide the experts."""
     out = []

@@ -9,6 +9,7 @@ tied or untied output weights, biases, the vocabulary. `megatron_flags` writes i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -68,7 +69,7 @@ class MoESpec:
 
     def layer_pattern(self, num_layers: int) -> tuple[int, ...]:
         """1 for each layer with experts, 0 for a dense one (Megatron's --moe-layer-freq as a list)."""
-        return tuple(int(i >= self.first_k_dense and i % self.layer_freq == 0) for i in range(num_layers))
+        return _layer_pattern(self.first_k_dense, self.layer_freq, num_layers)
 
     @property
     def dropless(self) -> bool:
@@ -164,9 +165,13 @@ class ModelSpec:
 
     def linear_weights(self) -> int:
         """One transformer layer's weight matrices: query, key/value and output projections, the MLP (what FP8
-        recipes run and may keep in FP8)."""
+        recipes run and may keep in FP8). With experts or latent attention, a token's share averaged over the
+        layers: the attention's projections, the dense MLP or the shared experts and the top-k routed experts
+        it is sent to (the weights its FLOPs multiply)."""
         h, f = self.hidden_size, self.ffn_hidden_size
-        return h * h + h * 2 * self.query_groups * self.head_dim + h * h + (3 if self.swiglu else 2) * h * f
+        if self.moe is None and self.mla is None:
+            return h * h + h * 2 * self.query_groups * self.head_dim + h * h + (3 if self.swiglu else 2) * h * f
+        return _active_linear_weights(self)
 
     def layer_parameters(self, biases: bool = True) -> int:
         """One transformer layer: query, key/value and output projections, the MLP, two norms; the linear
@@ -220,7 +225,23 @@ class ModelSpec:
                                       if e.shared_expert_intermediate_size else 0)
         return self._attention() + mlp + 2 * self._norm(h)
 
+    def layer_split(self, moe_layer: bool) -> tuple[int, int]:
+        """One layer's parameters as Megatron-core places them: (those split over tp or kept whole on every
+        rank: attention, norms, router, shared experts or the dense MLP; the routed experts, split over
+        expert tp x ep). A dense layer's second part is 0."""
+        return _layer_split(self, moe_layer)
+
+    def mtp_split(self) -> tuple[int, int]:
+        """One multi-token prediction module's parameters, split as `layer_split` splits a layer: its norms
+        and joint projection 2h -> h beside a layer like the model's last (embedding and output layer shared)."""
+        h = self.hidden_size
+        rest, routed = self.layer_split(bool(self.moe and self.moe.layer_pattern(self.num_layers)[-1]))
+        return rest + 3 * self._norm(h) + 2 * h * h, routed
+
     def _layers(self, active: bool, mtp: bool) -> int:
+        return _all_layers(self, active, mtp)
+
+    def _count_layers(self, active: bool, mtp: bool) -> int:
         pattern = self.moe.layer_pattern(self.num_layers) if self.moe else (0,) * self.num_layers
         out = sum(self._layer(bool(moe), active) for moe in pattern)
         if mtp and self.mtp_num_layers:
@@ -335,6 +356,31 @@ class ModelSpec:
         if self.mtp_num_layers:
             out += f", {self.mtp_num_layers} MTP module(s)"
         return out
+
+
+# The planner asks a model for its parameter counts once per layout it ranks: each is counted once per model.
+@functools.cache
+def _layer_pattern(first_k_dense: int, layer_freq: int, num_layers: int) -> tuple[int, ...]:
+    return tuple(int(i >= first_k_dense and i % layer_freq == 0) for i in range(num_layers))
+
+
+@functools.cache
+def _all_layers(model: ModelSpec, active: bool, mtp: bool) -> int:
+    return model._count_layers(active, mtp)
+
+
+@functools.cache
+def _layer_split(model: ModelSpec, moe_layer: bool) -> tuple[int, int]:
+    whole = model._layer(moe_layer, active=False)
+    routed = model.moe.num_experts * model._mlp(model.moe.ffn_hidden_size) if moe_layer and model.moe else 0
+    return whole - routed, routed
+
+
+@functools.cache
+def _active_linear_weights(model: ModelSpec) -> int:
+    pattern = model.moe.layer_pattern(model.num_layers) if model.moe else (0,) * model.num_layers
+    norms = 2 * model._norm(model.hidden_size)
+    return round(sum(model._layer(bool(moe), active=True) - norms for moe in pattern) / model.num_layers)
 
 
 def _moe_flags(e: MoESpec, num_layers: int) -> dict[str, Any]:

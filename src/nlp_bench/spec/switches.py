@@ -79,6 +79,8 @@ class Switches:
                                     "(--overlap-p2p-communication; off: --no-overlap-p2p-communication)", False)
     tp_comm_overlap: bool = _flag("tp-comm-overlap", "tensor-parallel collectives behind the GEMMs (needs "
                                   "sequence parallelism)")
+    overlap_moe_comm: bool = _flag("overlap-moe-expert-parallel-comm", "with experts over ep > 1 ranks, one "
+                                   "micro-batch's all-to-alls behind another's computation (EP A2A overlap)")
     grad_reduce_in_bf16: bool = _flag("grad-reduce-in-bf16", "gradients accumulated and reduced in bf16")
     fp8_format: str | None = _given("Transformer Engine's FP8 GEMMs beside the 16-bit precision: e4m3 or "
                                     "hybrid (--fp8-format)")
