@@ -56,6 +56,12 @@ def _batch_space(space: dict, base: points.Planned) -> dict:
     return space
 
 
+def _expert_pins(space: dict, base: points.Planned) -> None:
+    """--ep and --etp pin a model's experts: a dense model has none to spread."""
+    if (space.get("ep") or space.get("etp")) and base.model.moe is None:
+        raise PlanError(f"--ep/--etp pin the experts' layout, and model {base.model.name} has no experts")
+
+
 def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
          top: int, model: str | None = None) -> tuple[list[Prediction], list[Prediction], bool, points.Planned]:
     """(best layouts, pruned layouts, calibrated?, the tag's own point) for the tag on the system; `model` (a
@@ -68,6 +74,7 @@ def plan(results_dir: Path, benchmark: str, tag: str | None, system: str | None,
         from nlp_bench.plan import explicit
 
         base = replace(base, model=explicit.load_model(model))
+    _expert_pins(space, base)
     space = _batch_space(space, base)
     basis = trust(results_dir)
     eff, calibrated = efficiency(results_dir, base.system.name, basis)
@@ -154,6 +161,7 @@ def _unanswered(stated: dict, reason: str) -> dict:
 def target(results_dir: Path, benchmark: str, tag: str | None, system: str | None, space: dict,
            seconds: float) -> tuple[Prediction | None, bool, points.Planned]:
     base = points.from_point(load_benchmark(benchmark).point(tag, system))
+    _expert_pins(space, base)
     space = _batch_space(space, base)
     basis = trust(results_dir)
     eff, calibrated = efficiency(results_dir, base.system.name, basis)

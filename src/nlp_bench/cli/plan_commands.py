@@ -25,6 +25,10 @@ def space_options(command):
         click.option("--nodes", type=click.IntRange(min=1), multiple=True, help="Node count(s) (default: the tag's)."),
         click.option("--tp", type=click.IntRange(min=1), multiple=True, help="Pin tensor-parallel size(s)."),
         click.option("--pp", type=click.IntRange(min=1), multiple=True, help="Pin pipeline-parallel size(s)."),
+        click.option("--ep", type=click.IntRange(min=1), multiple=True,
+                     help="Pin expert-parallel size(s) (a model with experts)."),
+        click.option("--etp", type=click.IntRange(min=1), multiple=True,
+                     help="Pin the experts' tensor-parallel size(s) (a model with experts)."),
         click.option("--vp", type=click.IntRange(min=1), multiple=True, help="Pin model chunks per pipeline rank."),
         click.option("--mbs", type=click.IntRange(min=1), multiple=True, help="Pin micro-batch size(s)."),
         click.option("--gas", type=click.IntRange(min=1), multiple=True,
@@ -41,9 +45,10 @@ def space_options(command):
     return command
 
 
-def _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size, batch) -> dict:
-    space = {"nodes": nodes, "tp": tp or None, "pp": pp or None, "vp": vp or None, "mbs": mbs or None,
-             "gas": gas or None, "global_batch_size": global_batch_size, "batch": batch}
+def _space(nodes, tp, pp, ep, etp, vp, mbs, gas, recompute, global_batch_size, batch) -> dict:
+    space = {"nodes": nodes, "tp": tp or None, "pp": pp or None, "ep": ep or None, "etp": etp or None,
+             "vp": vp or None, "mbs": mbs or None, "gas": gas or None, "global_batch_size": global_batch_size,
+             "batch": batch}
     if recompute:
         space["recompute"] = recompute
     return space
@@ -70,7 +75,7 @@ def bench_plan() -> None:
               help="Plan this model instead of the tag's: a preset, or a YAML file of Megatron-LM flag names.")
 @click.argument("runs", nargs=-1, metavar="", required=False)
 @click.pass_context
-def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas, recompute,
+def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, ep, etp, vp, mbs, gas, recompute,
               global_batch_size, batch, top, as_json, target_seconds, calibrate_, validate_, rows_file, model_name,
               runs) -> None:
     """Every layout of the tag on the system, ranked by predicted tokens/s, then what was pruned and why
@@ -81,7 +86,7 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
     from nlp_bench.report.table import terminal_width
 
     if rows_file is not None:
-        space = (nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size, batch)
+        space = (nodes, tp, pp, ep, etp, vp, mbs, gas, recompute, global_batch_size, batch)
         if runs or calibrate_ or validate_ or target_seconds is not None or model_name or tag or system \
                 or any(space):
             raise click.UsageError("--predict ROWS takes no other option but --json: the rows state everything")
@@ -102,7 +107,7 @@ def plan_rank(ctx: click.Context, tag, system, benchmark_name, nodes, tp, pp, vp
         ctx.invoke(plan_calibrate, runs=runs, benchmark_name=benchmark_name)
         if tag is None and target_seconds is None and not nodes:
             return
-    space = _space(nodes, tp, pp, vp, mbs, gas, recompute, global_batch_size, batch)
+    space = _space(nodes, tp, pp, ep, etp, vp, mbs, gas, recompute, global_batch_size, batch)
     if target_seconds is not None:
         renamed("bench plan --target-seconds S", "bench plan target S")
         _target(ctx, target_seconds, tag, system, benchmark_name, space, as_json)
@@ -139,10 +144,10 @@ def _target(ctx: click.Context, seconds: float, tag, system, benchmark_name, spa
 @space_options
 @_JSON
 @click.pass_context
-def plan_target(ctx: click.Context, seconds: float, tag, system, benchmark_name, nodes, tp, pp, vp, mbs, gas,
-                recompute, global_batch_size, batch, as_json) -> None:
+def plan_target(ctx: click.Context, seconds: float, tag, system, benchmark_name, nodes, tp, pp, ep, etp, vp, mbs,
+                gas, recompute, global_batch_size, batch, as_json) -> None:
     """The fewest nodes whose best layout reaches a time_to_report of SECONDS (e.g. 560, the 175B rule)."""
-    _target(ctx, seconds, tag, system, benchmark_name, _space(nodes, tp, pp, vp, mbs, gas, recompute,
+    _target(ctx, seconds, tag, system, benchmark_name, _space(nodes, tp, pp, ep, etp, vp, mbs, gas, recompute,
                                                               global_batch_size, batch), as_json)
 
 
