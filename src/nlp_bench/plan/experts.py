@@ -70,7 +70,9 @@ def expert_work(model: ModelSpec, vocab_padded: int, c: Candidate, system: Syste
     lay, on = c.layout, c.switches
     moe = max(stage_moe_layers(model, c))  # the MoE layers of the stage that has most
     moe_layers = min(moe, layers) if layers else moe
-    full = 4 / 3 if on.recompute == "full" else 1.0
+    # full recompute, or selective recompute of the whole MoE layer, runs the experts' forward again
+    again = on.recompute == "full" or on.recomputed("moe")
+    full = 4 / 3 if again else 1.0
     tokens = lay.mbs * model.seq_length
     load = min(1.0, routed_load(model))  # a capacity factor below 1 drops copies; above, the balanced share runs
     copies = e.router_topk * load * tokens * lay.routed_share  # the copies this rank's experts multiply
@@ -80,7 +82,7 @@ def expert_work(model: ModelSpec, vocab_padded: int, c: Candidate, system: Syste
     side = max(1.0, min(model.hidden_size, e.ffn_hidden_size / lay.expert_tp, per_expert))
 
     sent = e.router_topk * load * tokens / lay.tp_cp * model.hidden_size * act  # one all-to-all, one device
-    a2a = moe_layers * (A2A_PER_LAYER + (2 if on.recompute == "full" else 0))
+    a2a = moe_layers * (A2A_PER_LAYER + (2 if again else 0))
     inside_share, across_share = lay.ep_shares
     # expert tp > 1: the dispatched copies all-gathered over expert tp before the experts, their outputs
     # reduce-scattered after, and the transposes in the backward: four one-way collectives of the copies

@@ -8,7 +8,9 @@ per-layer terms are counted tensor by tensor for grouped-query attention and Swi
 without sequence parallelism the 10·s·b·h bytes per layer that LayerNorms and dropouts keep are not
 split over tp; without selective recompute (and without flash attention, which never stores it) the
 attention matrix adds 5·a·s²·b/tp bytes; full recompute keeps only each layer's input (2·s·b·h, split
-over tp under sequence parallelism). Activations are 16-bit (fp32 doubles them).
+over tp under sequence parallelism). Activations are 16-bit (fp32 doubles them). Selective recompute's
+modules (Megatron-core 0.20's --recompute-modules) and the layer inputs Transformer Engine caches in FP8 are
+counted tensor by tensor in `layer_activation_bytes`.
 """
 
 from __future__ import annotations
@@ -144,29 +146,82 @@ def bytes_per_parameter(c: Candidate, replicas: int | None = None) -> float:
 
 
 def layer_activation_bytes(model: ModelSpec, c: Candidate, recompute: str | None = None,
-                           moe_share: float | None = None) -> float:
-    """One layer, one micro-batch, on one device (16-bit), with the candidate's recompute or `recompute`;
-    context parallelism splits the sequence. With experts, `moe_share` of the layers (by default the
-    model's share) are MoE layers (`_moe_layer_activations`), the rest dense."""
+                           moe_share: float | None = None, *, moe_layer: bool = False,
+                           sixteen_bit: bool = False) -> float:
+    """One layer, one micro-batch, on one device, with the candidate's recompute or `recompute`; context
+    parallelism splits the sequence. With experts, `moe_share` of the layers (by default the model's share)
+    are MoE layers (`_moe_layer_activations`), the rest dense; `moe_layer` marks the call that counts an MoE
+    layer's attention with its shared experts as the MLP (`model` then has no experts of its own);
+    `sixteen_bit` counts every tensor in 16 bits, whatever FP8 caches (what element-wise work touches, which
+    the time model counts: the casts to FP8 are timed apart).
+
+    Each tensor is counted with what keeps it (bytes per token and unit of hidden size), as Megatron-core
+    0.20 with Transformer Engine's layer specs stores it; selective recompute drops what its modules
+    (`Switches.recompute_modules`) recompute, FP8 the bytes Transformer Engine caches in FP8:
+
+    - the norms' inputs (2 + 2) and the two dropout masks (1 + 1) always stay (the layer's and the
+      checkpoints' inputs);
+    - the first linear's input, the input norm's output (2): dropped by `layernorm` where the norm is a
+      module of its own (latent attention's, feeding the two down-projections; a GQA layer fuses it into
+      its QKV GEMM, TE's LayerNormLinear, and has nothing to drop); in FP8 TE caches it as 1 byte, but latent
+      attention's two down-projections each cache their own copy (2);
+    - the queries (2) and the keys and values (4 g/n): dropped by `mla_up_proj` in latent attention (the
+      up-projections' and RoPE's outputs; the latents they recompute from are not counted, as before);
+    - the attention output, the projection's input (2): flash attention keeps it in 16 bits for its own
+      backward, so FP8 adds TE's 1-byte copy beside it (3); unfused, FP8 keeps only the copy (1);
+    - the MLP's input, the pre-MLP norm's output (2): in a dense layer the norm is fused into fc1 (1 byte in
+      FP8) and `mlp` drops it with the MLP; in an MoE layer the norm is a module (the router and the experts
+      take its output) and the router keeps it in 16 bits, the shared experts' fc1 adds its FP8 copy (1);
+      `layernorm` drops both (TE then keeps the recomputed original, not a copy); `moe` keeps it as the
+      recomputed layer's input;
+    - fc1's output, the activation's input (2 a unit of fc1's width: 4 ffn/h with SwiGLU's gate, 2 with
+      GeLU): half with --activation-func-fp8-input-store (SwiGLU); dropped with the MLP by `mlp` (dense
+      layers) or `shared_experts` / `moe` (an MoE layer's shared experts);
+    - the activation's output, fc2's input (2 ffn/h): 1 in FP8; dropped with the MLP as above;
+    - unfused attention's score matrix (5 a s² b/tp): dropped by `core_attn` (flash attention never keeps it).
+
+    Without sequence parallelism the norms', masks' and first linears' inputs are not split over tp; full
+    recompute keeps only each layer's input (2·s·b·h, split over tp under sequence parallelism).
+    Activations are 16-bit (fp32 doubles them, `_stage_activations`)."""
     if model.moe is not None:
         share = sum(model.moe.layer_pattern(model.num_layers)) / model.num_layers if moe_share is None else moe_share
-        moe = _moe_layer_activations(model, c, recompute) if share else 0.0
-        return share * moe + (1 - share) * layer_activation_bytes(_without_experts(model, None), c, recompute)
+        moe = _moe_layer_activations(model, c, recompute, sixteen_bit) if share else 0.0
+        return share * moe + (1 - share) * layer_activation_bytes(_without_experts(model, None), c, recompute,
+                                                                  sixteen_bit=sixteen_bit)
     lay, on = c.layout, c.switches
     s, b, h, a, t = model.seq_length / lay.cp, lay.mbs, model.hidden_size, model.num_attention_heads, lay.tp
     recompute = recompute or on.recompute
     sbh = s * b * h
     if recompute == "full":
         return 2 * sbh / (t if on.sequence_parallel else 1)
-    # the tensor-parallel part: queries and the output projection's input (2 + 2), the MLP's first output (2,
-    # or 4 with SwiGLU's gate, times ffn/h) and its activation's output (2 ffn/h), and the keys and values of
-    # the query groups (2 + 2 times g/n); 24 for multi-head attention with a GeLU MLP of 4h
-    split = 4 + (6 if model.swiglu else 4) * model.ffn_hidden_size / h
+    mla, fp8 = model.mla is not None, on.fp8 and not sixteen_bit
+    fp8_store = on.activation_func_fp8_input_store and model.swiglu and not sixteen_bit
+
+    def again(module: str) -> bool:
+        return on.recomputed(module, recompute)
+
+    qkv_in = 0.0 if mla and again("layernorm") else 2.0 if mla or not fp8 else 1.0
+    width = model.ffn_hidden_size / h  # the MLP's (an MoE layer's shared experts'; 0: none)
+    if moe_layer:
+        mlp_again = again("shared_experts") or again("moe")
+        fc1_in = 0.0 if again("layernorm") and not again("moe") else \
+            2.0 + (1.0 if fp8 and width and not mlp_again else 0.0)
+    else:
+        mlp_again = again("mlp")
+        fc1_in = 0.0 if mlp_again else 1.0 if fp8 else 2.0
+    fc1_out = (4 if model.swiglu else 2) * width * (0.5 if fp8_store else 1)
+    act_out = (1 if fp8 else 2) * width
+    mlp_kept = 0.0 if mlp_again else fc1_out + act_out
+    queries = 0.0 if mla and again("mla_up_proj") else 2.0
+    attn_out = (3.0 if on.flash_attention else 1.0) if fp8 else 2.0
+    unsplit = 6 + qkv_in + fc1_in  # norms' inputs and masks, the first linears' inputs
+    split = queries + attn_out + mlp_kept
     # keys and values: a rank keeps g/tp groups, or one whole group where tp exceeds them
-    kv = 4 * model.query_groups / model.num_attention_heads * sbh / min(t, model.query_groups)
-    per_layer = (10 + split) * sbh / t if on.sequence_parallel else (10 + split / t) * sbh
+    kv = 0.0 if mla and again("mla_up_proj") else \
+        4 * model.query_groups / model.num_attention_heads * sbh / min(t, model.query_groups)
+    per_layer = (unsplit + split) * sbh / t if on.sequence_parallel else (unsplit + split / t) * sbh
     per_layer += kv
-    if recompute == "none" and not on.flash_attention:
+    if not again("core_attn") and not on.flash_attention:
         per_layer += 5 * a * s * s * b / t
     return per_layer
 
@@ -188,22 +243,30 @@ def _without_experts(model: ModelSpec, ffn_hidden_size: int | None) -> ModelSpec
     return replace(model, moe=None, **({} if ffn_hidden_size is None else {"ffn_hidden_size": ffn_hidden_size}))
 
 
-def _moe_layer_activations(model: ModelSpec, c: Candidate, recompute: str | None) -> float:
+def _moe_layer_activations(model: ModelSpec, c: Candidate, recompute: str | None, sixteen_bit: bool) -> float:
     """One MoE layer's activations, one micro-batch, one device: the attention and norms as a dense layer's,
     the shared experts as a dense MLP of their width (none: no MLP), and per routed token copy (top-k of each
     token; the rank computes `Layout.routed_share` of the micro-batch's copies, times `routed_load`) the
-    permuted input the first expert GEMM's weight gradient needs (2h) and the expert MLP's intermediates as a
-    dense MLP keeps them (SwiGLU 6, GeLU 4 bytes per unit of width, the width split over expert tp); and the
-    router's fp32 scores (4 bytes per expert and token, split over tp x cp)."""
+    permuted input the first expert GEMM's weight gradient needs (2h; TE's grouped GEMM caches it as 1h in
+    FP8) and the expert MLP's intermediates as a dense MLP keeps them (fc1's output 4 a unit of width with
+    SwiGLU, 2 with GeLU, halved by --activation-func-fp8-input-store; the activation's output 2, 1 in FP8,
+    none with `moe_act` recomputing it; the width split over expert tp); and the router's fp32 scores (4
+    bytes per expert and token, split over tp x cp). Recomputing `moe` keeps only the layer's input (counted
+    with the attention)."""
     e, lay, on = model.moe, c.layout, c.switches
-    out = layer_activation_bytes(_without_experts(model, e.shared_expert_intermediate_size), c, recompute)
-    if (recompute or on.recompute) == "full":
+    out = layer_activation_bytes(_without_experts(model, e.shared_expert_intermediate_size), c, recompute,
+                                 moe_layer=True, sixteen_bit=sixteen_bit)
+    if (recompute or on.recompute) == "full" or on.recomputed("moe", recompute):
         return out
     tokens = lay.mbs * model.seq_length
-    width = (6 if model.swiglu else 4) * e.ffn_hidden_size / lay.expert_tp
+    fp8 = on.fp8 and not sixteen_bit
+    fc1_out = (4 if model.swiglu else 2) * (0.5 if on.activation_func_fp8_input_store and model.swiglu
+                                            and not sixteen_bit else 1)
+    act_out = 0.0 if on.recomputed("moe_act", recompute) else 1.0 if fp8 else 2.0
+    width = (fc1_out + act_out) * e.ffn_hidden_size / lay.expert_tp
     copies = e.router_topk * routed_load(model) * tokens * lay.routed_share
     scores = 4 * e.num_experts * tokens / lay.tp_cp
-    return out + copies * (2 * model.hidden_size + width) + scores
+    return out + copies * ((1 if fp8 else 2) * model.hidden_size + width) + scores
 
 
 def _stage_activations(model: ModelSpec, vocab_padded: int, c: Candidate) -> list[float]:

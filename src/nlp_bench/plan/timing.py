@@ -83,8 +83,36 @@ def hardware_flops(model: ModelSpec, vocab_padded: int, c: Candidate) -> float:
     if on.recompute == "full":
         return executed + (executed - _logits_flops(model, vocab_padded, b)) / 3  # the layers' forward again
     if on.recompute == "selective":
-        return executed + core * 2.0 * b * s * s * h * n  # the attention core's forward again
+        return executed + core * 2.0 * b * s * s * h * n * on.recomputed("core_attn") + \
+            recomputed_flops(model, c)
     return executed
+
+
+def recomputed_flops(model: ModelSpec, c: Candidate) -> float:
+    """The GEMM FLOPs selective recompute's modules other than the attention core run once more in an
+    iteration: their forward (2 FLOPs a multiply-add). `mlp`: the dense layers' MLPs; `shared_experts`: the
+    MoE layers' shared experts; `moe`: the whole MoE layer (router, shared and the top-k routed experts of
+    each token); `mla_up_proj`: latent attention's query and key/value up-projections. `layernorm` and
+    `moe_act` recompute element-wise work only (timed as the bytes they write again, `work`)."""
+    on = c.switches
+    if on.recompute != "selective":
+        return 0.0
+    tokens = c.layout.global_batch_size * model.seq_length
+    h, gates = model.hidden_size, 3 if model.swiglu else 2
+    moe_layers = sum(model.moe.layer_pattern(model.num_layers)) if model.moe else 0
+    out = 0.0
+    if on.recomputed("mlp"):
+        out += 2.0 * tokens * gates * h * model.ffn_hidden_size * (model.num_layers - moe_layers)
+    if model.moe is not None and (on.recomputed("shared_experts") or on.recomputed("moe")):
+        out += 2.0 * tokens * gates * h * model.moe.shared_expert_intermediate_size * moe_layers
+    if model.moe is not None and on.recomputed("moe"):
+        e = model.moe
+        out += 2.0 * tokens * h * (e.router_topk * gates * e.ffn_hidden_size + e.num_experts) * moe_layers
+    if model.mla is not None and on.recomputed("mla_up_proj"):
+        m, n = model.mla, model.num_attention_heads
+        q_up = (m.q_lora_rank or 0) * n * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+        out += 2.0 * tokens * (q_up + m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim)) * model.num_layers
+    return out
 
 
 def check_plannable(system: System) -> None:
@@ -194,9 +222,10 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
         bubble_layers = (all_layers_of_stages - layers) / (lay.pp - 1) / layers if layers else 1.0
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if on.recompute == "full" else 3
-    every = layer_activation_bytes(model, c, recompute="none")
-    # selective recompute writes what it does not keep (unfused attention's score-sized tensors) once more
-    again = every - layer_activation_bytes(model, c) if on.recompute == "selective" else 0.0
+    every = layer_activation_bytes(model, c, recompute="none", sixteen_bit=True)
+    # selective recompute writes what it does not keep (unfused attention's score-sized tensors, its modules'
+    # outputs) once more
+    again = every - layer_activation_bytes(model, c, sixteen_bit=True) if on.recompute == "selective" else 0.0
     elementwise = layers * (passes * every + again)
     params, shard_layers = most_loaded_shard(model, vocab_padded, c)
     weight_casts, fp8_weights = 0.0, 0.0

@@ -23,6 +23,13 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 PRECISION_FLAGS = ("bf16", "fp16")
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
+#: Megatron-LM core_v0.20.0's --recompute-modules (with --recompute-granularity selective) the planner models:
+#: the attention core, the routed experts' activation function, the two norms, latent attention's
+#: up-projections and RoPE, a dense layer's MLP, a whole MoE layer, the shared experts. Its other choices
+#: (gdn_norm_out, gdp_in_proj, gdp_qkv, mhc) belong to layers nlp-bench's models do not have.
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+#: Megatron's default --recompute-modules
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 #: Megatron's switches that turn a fused op off, by the op (nlp_bench.kernels' names)
 UNFUSING_FLAGS = {"bias_gelu": "no-bias-gelu-fusion", "swiglu": "no-bias-swiglu-fusion",
                   "cross_entropy": "no-cross-entropy-loss-fusion"}
@@ -53,6 +60,9 @@ class Switches:
                             "with --fp8-format hybrid)", "fp32")
     recompute: str = _given("activation recompute: none, selective (attention's core) or full (whole layers)",
                             "none")
+    recompute_modules: tuple[str, ...] = _given(
+        "with selective recompute, the modules recomputed, a list of " + ", ".join(RECOMPUTE_MODULES)
+        + " (--recompute-modules)", DEFAULT_RECOMPUTE_MODULES)
     recompute_method: str | None = _given("with full recompute: uniform or block (--recompute-method)", stated=False)
     recompute_num_layers: int | None = _given("with full recompute: layers per group (--recompute-num-layers)",
                                               stated=False)
@@ -81,6 +91,8 @@ class Switches:
                                   "sequence parallelism)")
     overlap_moe_comm: bool = _flag("overlap-moe-expert-parallel-comm", "with experts over ep > 1 ranks, one "
                                    "micro-batch's all-to-alls behind another's computation (EP A2A overlap)")
+    activation_func_fp8_input_store: bool = _flag("activation-func-fp8-input-store", "SwiGLU's input kept in "
+                                                  "FP8 for the backward (dense MLPs and experts)")
     grad_reduce_in_bf16: bool = _flag("grad-reduce-in-bf16", "gradients accumulated and reduced in bf16")
     fp8_format: str | None = _given("Transformer Engine's FP8 GEMMs beside the 16-bit precision: e4m3 or "
                                     "hybrid (--fp8-format)")
@@ -104,6 +116,10 @@ class Switches:
     @property
     def recomputes(self) -> bool:
         return self.recompute != "none"
+
+    def recomputed(self, module: str, recompute: str | None = None) -> bool:
+        """Whether selective recompute (this point's, or `recompute` in its place) recomputes `module`."""
+        return (recompute or self.recompute) == "selective" and module in self.recompute_modules
 
     @property
     def fp8(self) -> bool:
@@ -159,6 +175,7 @@ def setting_help(base: Switches) -> str:
         flag = f"--{f.metadata['flag']}; " if "flag" in f.metadata else ""
         value = getattr(base, f.name)
         shown = "fp8" if f.name == "precision" and base.fp8 else str(value).lower() if isinstance(value, bool) else value
+        shown = "[" + ", ".join(value) + "]" if isinstance(value, tuple) else shown
         return f"{f.name}: {f.metadata['help']} ({flag}default {shown})"
     return "\n".join(line(f) for f in fields(Switches) if f.metadata.get("stated"))
 
@@ -175,6 +192,8 @@ def read_settings(mapping: Mapping[str, Any], base: Switches, where: str) -> Swi
         if f.name in _CHOICES:
             if value not in _CHOICES[f.name]:
                 raise SpecError(f"{where}: {f.name} must be one of {', '.join(_CHOICES[f.name])}, got {value!r}")
+        elif f.name == "recompute_modules":
+            given[f.name] = recompute_modules_of(value, f"{where}: {f.name}")
         elif f.name == "recompute_num_layers":
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"{where}: {f.name} must be a positive integer, got {value!r}")
@@ -187,6 +206,8 @@ def read_settings(mapping: Mapping[str, Any], base: Switches, where: str) -> Swi
         raise SpecError(f"{where}: fp8_format goes with bf16 training (precision fp8), not {out.precision}")
     if out.fp8_recipe is not None and not out.fp8:
         raise SpecError(f"{where}: fp8_recipe goes with precision fp8")
+    if "recompute_modules" in given and out.recompute != "selective":
+        raise SpecError(f"{where}: recompute_modules goes with recompute selective")
     for problem in out.problems():
         raise SpecError(f"{where}: {problem}")
     return out
@@ -214,7 +235,8 @@ def precision_flags(precision: str) -> dict[str, bool]:
 
 
 #: every flag that says how activations are recomputed (decode reads them all)
-RECOMPUTE_FLAGS = ("recompute-activations", "recompute-granularity", "recompute-method", "recompute-num-layers")
+RECOMPUTE_FLAGS = ("recompute-activations", "recompute-granularity", "recompute-method", "recompute-num-layers",
+                   "recompute-modules")
 #: the flag that shards the optimizer states (Switches.distributed_optimizer)
 DISTRIBUTED_OPTIMIZER_FLAG = "use-distributed-optimizer"
 
@@ -249,6 +271,19 @@ def with_settings(flags: Mapping[str, Any], *, recompute: str | None = None,
     return out
 
 
+def recompute_modules_of(value: Any, where: str) -> tuple[str, ...]:
+    """--recompute-modules as a tuple: a list (a YAML block, a parsed argv's nargs) or one string of names
+    separated by spaces (a command line's words); a name outside RECOMPUTE_MODULES is a SpecError naming
+    `where`."""
+    names = value.split() if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise SpecError(f"{where} must be a list of module names, got {value!r}")
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown:
+        raise SpecError(f"{where}: {', '.join(unknown)} not among {', '.join(RECOMPUTE_MODULES)}")
+    return tuple(dict.fromkeys(names))
+
+
 def _recompute(get) -> tuple[str, str | None, int | None]:
     granularity = get("recompute-granularity") or ("selective" if get("recompute-activations") else "none")
     if granularity not in RECOMPUTE:
@@ -273,6 +308,8 @@ def decode(flags: Mapping[str, Any]) -> Switches:
     return Switches(
         **by_flag, precision=precision_of(flags), recompute=recompute, recompute_method=method,
         recompute_num_layers=layers,
+        recompute_modules=DEFAULT_RECOMPUTE_MODULES if get("recompute-modules") is None
+        else recompute_modules_of(get("recompute-modules"), "--recompute-modules"),
         overlap_p2p_comm=bool(get("overlap-p2p-communication")) and not get("no-overlap-p2p-communication"),
         fp8_format=get("fp8-format") or None, fp8_recipe=get("fp8-recipe") or None, fp4_format=get("fp4-format") or None,
         unfused={op: f"--{flag}" for op, flag in UNFUSING_FLAGS.items() if get(flag)},
