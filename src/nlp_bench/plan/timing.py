@@ -223,8 +223,7 @@ def work(model: ModelSpec, vocab_padded: int, c: Candidate, system: System) -> W
     linear_share = min(layers * per_layer, layers * _linear_flops(model, c, full))
     passes = 4 if on.recompute == "full" else 3
     every = layer_activation_bytes(model, c, recompute="none", sixteen_bit=True)
-    # selective recompute writes what it does not keep (unfused attention's score-sized tensors, its modules'
-    # outputs) once more
+    # selective recompute writes what it does not keep (its modules' outputs, e.g. unfused scores) once more
     again = every - layer_activation_bytes(model, c, sixteen_bit=True) if on.recompute == "selective" else 0.0
     elementwise = layers * (passes * every + again)
     params, shard_layers = most_loaded_shard(model, vocab_padded, c)

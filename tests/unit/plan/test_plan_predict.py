@@ -155,7 +155,8 @@ def test_uneven_stages_plan_what_an_even_split_refuses_and_wait_for_the_fullest_
     # 32 layers as 6, 10, 10, 6: the middle stages (10 layers) set the pace, slower than 8 a stage
     assert found["heavy-middle"]["tokens_per_s"] < found["even-8b"]["tokens_per_s"]
     assert "do not split evenly over the other 2 stages" in found["bad"]["reason"]
-    assert "uneven pipeline stages not in the corpus" in found["heavy-middle"]["outside_corpus"]
+    # the corpus holds uneven stages (DeepSeek-V3's 3 first, 2 last): no longer an extrapolation
+    assert "uneven pipeline stages not in the corpus" not in found["heavy-middle"]["outside_corpus"]
 
 def test_tensor_parallel_overlap_hides_collectives_behind_the_gemms(bench, tmp_path):
     row = {**BASE, "id": "plain"}
