@@ -212,9 +212,8 @@ class MoELayer(nn.Module):
         self.router = nn.Parameter(layers.master_normal(f"layers.{index}.router", (experts, cfg.hidden_size),
                                                         cfg.init_method_std, cfg.seed))
         layers.mark(self.router, sequence_parallel=tp.sequence_parallel)
-        #: each tp rank routes its own tokens (sequence parallelism): the exchange runs; else tp ranks share them
-        self.own_tokens = tp.size == 1 or tp.sequence_parallel
-        self.grid = grid if self.own_tokens else None
+        # each tp rank routes its own tokens (tp 1, sequence parallelism): the exchange runs; else tp ranks share them
+        self.grid = grid if tp.size == 1 or tp.sequence_parallel else None
         if self.grid is not None:
             per_rank = experts // grid.ep
             share = Share(grid.ep_rank * per_rank, per_rank, grid.etp, grid.etp_rank)
